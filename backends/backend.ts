@@ -1,0 +1,42 @@
+/**
+ * The contract between the sync runner and a proxy mode.
+ *
+ * A backend renders a {@linkcode Plan} into its own syntax (pure) and applies it
+ * through the {@linkcode Executor}. It never decides policy.
+ *
+ * @module
+ */
+
+import type { Plan } from "../lib/plan.ts";
+
+/** What the runner hands a backend on each sync. */
+export interface SyncRequest {
+  /** The plans to program, one per enabled IP family. */
+  plans: Plan[];
+  /** The plans last applied successfully (same families, same order); empty before the first success. */
+  previous: Plan[];
+  /** Ids of service ports whose plan may differ from `previous` (see `ServicePortPlan.id`). */
+  changed: Set<string>;
+  /** True at start, after a failure, on drift and once per syncPeriod: rewrite everything. */
+  full: boolean;
+}
+
+/** The outcome of one sync, for logs and metrics. */
+export interface SyncResult {
+  /** True when the backend rewrote everything (it may upgrade a partial request). */
+  full: boolean;
+  /** Short human summary, e.g. "3 services, 1 script, 412 lines". */
+  summary?: string;
+}
+
+/** A proxy mode: nftables, iptables, ipvs or kernelspace. */
+export interface Backend {
+  /** The `--proxy-mode` value. */
+  readonly mode: string;
+  /** Applies a sync; throws (leaving the previous rules in place) when it fails. */
+  sync(request: SyncRequest): Promise<SyncResult>;
+  /** Cheap check that the kernel still holds what was applied; true when it drifted. */
+  checkDrift?(): Promise<boolean>;
+  /** Removes everything this mode ever installed. */
+  cleanup(): Promise<void>;
+}

@@ -1,0 +1,133 @@
+/**
+ * The Plan: every policy decision about a node's packet path, made once by the
+ * planner and rendered by every backend. Backends read a Plan and never look at
+ * API objects or re-decide policy.
+ *
+ * @module
+ */
+
+import type { IpFamily, Protocol } from "./model.ts";
+
+/** One endpoint a service port may send traffic to, with its resolved target port. */
+export interface PlanEndpoint {
+  ip: string;
+  port: number;
+  nodeName: string;
+  zone: string;
+  /** Runs on this node. */
+  isLocal: boolean;
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+}
+
+/** What to do with a packet for which no endpoint is eligible. */
+export type NoEndpointsVerdict = "reject" | "drop";
+
+/** How traffic arriving at one class of address (internal or external) is handled. */
+export interface TrafficPlan {
+  /** Endpoints to choose from, sorted by `ip:port`; empty means `whenEmpty` applies. */
+  endpoints: PlanEndpoint[];
+  /** "reject" when the service has no usable endpoint at all, "drop" when endpoints
+   * exist but none is eligible here (Local policy without local endpoints). */
+  whenEmpty: NoEndpointsVerdict;
+  /** Why these endpoints were chosen, for `plan` and `explain` output. */
+  reason: string;
+}
+
+/**
+ * Masquerade decision for traffic to the cluster IP.
+ * - "all": masquerade every packet (`--masquerade-all`);
+ * - "non-local": masquerade packets whose source is not local per `Plan.localTraffic`;
+ * - "none": never (no local-traffic detector configured).
+ */
+export type ClusterIPMasquerade = "all" | "non-local" | "none";
+
+/** How the node recognises traffic from its own pods (`--detect-local-mode`). */
+export type LocalTrafficDetector =
+  | { mode: "ClusterCIDR"; cidrs: string[] }
+  | { mode: "NodeCIDR"; cidrs: string[] }
+  | { mode: "BridgeInterface"; interfaces: string[] }
+  | { mode: "InterfaceNamePrefix"; interfaces: string[] }
+  | { mode: "None" };
+
+/** One service port of one IP family: the unit every backend programs. */
+export interface ServicePortPlan {
+  /** Stable id: `namespace/name:portName/protocol` (portName may be ""). */
+  id: string;
+  namespace: string;
+  name: string;
+  portName: string;
+  protocol: Protocol;
+  /** The service port on cluster IPs, external IPs and load-balancer IPs. */
+  port: number;
+  /** Cluster IPs of this plan's family (at most one). */
+  clusterIPs: string[];
+  /** Node port, 0 when none. Captured on `Plan.nodePortAddresses`. */
+  nodePort: number;
+  /** Declared external IPs of this family (after any allowed-CIDR filter). */
+  externalIPs: string[];
+  /** Load-balancer ingress IPs of this family with ipMode VIP. */
+  loadBalancerIPs: string[];
+  /** loadBalancerSourceRanges of this family; empty means any source. When non-empty,
+   * traffic to the load-balancer IPs from other sources is dropped. */
+  sourceRanges: string[];
+  /** Health-check node port served by kproxy, 0 when none. */
+  healthCheckNodePort: number;
+  /** ClientIP affinity timeout in seconds, 0 for none. */
+  affinityTimeoutSeconds: number;
+  /** Masquerade for traffic to cluster IPs. */
+  clusterIPMasquerade: ClusterIPMasquerade;
+  /** Traffic to cluster IPs (internalTrafficPolicy applied). */
+  internal: TrafficPlan;
+  /** Traffic to node ports, external IPs and load-balancer IPs (externalTrafficPolicy applied). */
+  external: TrafficPlan;
+  /** externalTrafficPolicy Local: external traffic keeps its source and goes to local
+   * endpoints only; traffic from local pods short-circuits to `internal`, and traffic
+   * originated on the node itself is masqueraded and also goes to `internal`.
+   * False: all external traffic is masqueraded. */
+  externalLocal: boolean;
+  /** Number of ready local endpoints, served on the health-check node port. */
+  localReadyEndpoints: number;
+}
+
+/** Everything one IP family of the node needs, for one sync. */
+export interface Plan {
+  family: IpFamily;
+  nodeName: string;
+  /** Addresses on which node ports are captured (never loopback). */
+  nodePortAddresses: string[];
+  /** Service CIDRs: traffic to an unallocated address inside them is rejected. */
+  serviceCIDRs: string[];
+  localTraffic: LocalTrafficDetector;
+  /** Service ports, sorted by id. */
+  services: ServicePortPlan[];
+}
+
+/** The plans for both families; a family without services or node address still has a Plan. */
+export interface NodePlans {
+  ipv4: Plan;
+  ipv6: Plan;
+}
+
+/** Builds the stable id of a service port. */
+export function servicePortId(
+  namespace: string,
+  name: string,
+  portName: string,
+  protocol: Protocol,
+): string {
+  return `${namespace}/${name}:${portName}/${protocol}`;
+}
+
+/** An empty plan for a family, as used before the first sync. */
+export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
+  return {
+    family,
+    nodeName,
+    nodePortAddresses: [],
+    serviceCIDRs: [],
+    localTraffic: { mode: "None" },
+    services: [],
+  };
+}
