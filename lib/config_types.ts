@@ -1,0 +1,86 @@
+/**
+ * The resolved configuration of kproxy: kube-proxy's flags and its
+ * KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) merged, flags
+ * winning. Parsed and validated by `lib/config.ts`.
+ *
+ * @module
+ */
+
+/** A `--proxy-mode` value. */
+export type ProxyMode = "nftables" | "iptables" | "ipvs" | "kernelspace";
+
+/** A `--detect-local-mode` value ("" means none). */
+export type DetectLocalMode =
+  | ""
+  | "ClusterCIDR"
+  | "NodeCIDR"
+  | "BridgeInterface"
+  | "InterfaceNamePrefix";
+
+/** Sync timing of one mode, in milliseconds. */
+export interface SyncPeriods {
+  /** @default {30000} */
+  syncPeriodMs: number;
+  /** @default {1000} */
+  minSyncPeriodMs: number;
+}
+
+/** Everything kproxy reads from flags and the config file. */
+export interface Config {
+  /** Path of the KubeProxyConfiguration file, "" when none. */
+  configFile: string;
+  kubeconfig: string;
+  master: string;
+  /** Directory of manifests to read instead of an apiserver, "" when none (kproxy's own flag). */
+  manifests: string;
+  /** Node name: --hostname-override, else the host name. */
+  hostnameOverride: string;
+  proxyMode: ProxyMode;
+  /** --cluster-cidr, split on commas. */
+  clusterCIDRs: string[];
+  detectLocalMode: DetectLocalMode;
+  /** detectLocal.bridgeInterface / --pod-bridge-interface. */
+  bridgeInterface: string;
+  /** detectLocal.interfaceNamePrefix / --pod-interface-name-prefix. */
+  interfaceNamePrefix: string;
+  /** --nodeport-addresses: ["primary"] (the default) or CIDRs. */
+  nodePortAddresses: string[];
+  masqueradeAll: boolean;
+  bindAddress: string;
+  healthzBindAddress: string;
+  metricsBindAddress: string;
+  iptables: SyncPeriods & {
+    /** @default {14} */
+    masqueradeBit: number;
+    /** @default {false} in kproxy (CVE-2020-8558) */
+    localhostNodePorts: boolean;
+    /** "auto", "nft" or "legacy": which iptables binaries to use. */
+    backend: "auto" | "nft" | "legacy";
+  };
+  nftables: SyncPeriods;
+  ipvs: SyncPeriods & {
+    scheduler: string;
+    strictARP: boolean;
+    tcpTimeoutMs: number;
+    tcpFinTimeoutMs: number;
+    udpTimeoutMs: number;
+  };
+  winkernel: {
+    sourceVip: string;
+    enableDSR: boolean;
+    networkName: string;
+  };
+  conntrack: {
+    /** --conntrack-tcp-be-liberal. */
+    tcpBeLiberal: boolean;
+  };
+  /** --service-cluster-ip-range (kproxy's own): used when no ServiceCIDR objects exist. */
+  serviceClusterIPRange: string[];
+  /** kproxy's own: when non-empty, externalIPs outside these CIDRs are ignored (CVE-2020-8554). */
+  externalIPAllowedCIDRs: string[];
+  /** --feature-gates merged over the defaults. */
+  featureGates: Record<string, boolean>;
+  cleanup: boolean;
+  /** -v / --v. */
+  verbosity: number;
+}
