@@ -1,0 +1,125 @@
+/**
+ * The narrowest Deno permissions kproxy runs with, computed from its
+ * configuration: which programs it may spawn, which hosts it may reach or bind,
+ * which files and environment variables it may read.
+ *
+ * Used by `scripts/launch.ts` (runs the bundle with exact flags computed at
+ * start) and `scripts/compile.ts` (bakes flags into the executable).
+ *
+ * @module
+ */
+
+import type { ProxyMode } from "./config_types.ts";
+
+/** Programs each mode spawns through the Executor. */
+export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
+  nftables: ["nft", "sysctl", "conntrack"],
+  iptables: [
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+    "iptables-nft",
+    "iptables-nft-save",
+    "iptables-nft-restore",
+    "ip6tables-nft",
+    "ip6tables-nft-save",
+    "ip6tables-nft-restore",
+    "iptables-legacy",
+    "iptables-legacy-save",
+    "iptables-legacy-restore",
+    "ip6tables-legacy",
+    "ip6tables-legacy-save",
+    "ip6tables-legacy-restore",
+    "sysctl",
+    "conntrack",
+  ],
+  ipvs: ["ipvsadm", "ipset", "ip", "iptables", "iptables-save", "iptables-restore", "sysctl"],
+  kernelspace: ["powershell.exe", "netsh"],
+};
+
+/** Every Linux program any mode may run (mode switching cleans up the other modes). */
+export const LINUX_PROGRAMS: readonly string[] = [
+  ...new Set([...MODE_PROGRAMS.nftables, ...MODE_PROGRAMS.iptables, ...MODE_PROGRAMS.ipvs]),
+].sort();
+
+/** Environment variables kproxy (and its client library) reads. */
+export const ENV_VARS: readonly string[] = [
+  "KUBERNETES_SERVICE_HOST",
+  "KUBERNETES_SERVICE_PORT",
+  "KUBECONFIG",
+  "HOME",
+  "NODE_NAME",
+  "LOG_TOKENS",
+  "LOG_STREAM",
+];
+
+/** The service-account directory read in-cluster. */
+export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/** A set of Deno permissions. Empty lists grant nothing. */
+export interface PermissionSet {
+  run: string[];
+  /** host:port entries to connect to or listen on; a bare host allows every port. */
+  net: string[];
+  read: string[];
+  env: string[];
+  sys: string[];
+}
+
+/** What kproxy needs to know to compute its permissions. */
+export interface PermissionInput {
+  mode: ProxyMode;
+  /** `host:port` of each apiserver, "" when reading manifests only. */
+  apiservers: string[];
+  /** Listening addresses: healthz and metrics `host:port`. */
+  listen: string[];
+  /** Address health-check node ports bind to; its host is allowed on every port. */
+  healthCheckBindHost: string;
+  /** Files and directories read: config, kubeconfig and the files it names, manifests. */
+  read: string[];
+  /** Allow every Linux mode's programs (for cleaning up after a mode switch). */
+  allModes?: boolean;
+}
+
+/** Computes the permission set for a configuration. Pure. */
+export function permissionsFor(input: PermissionInput): PermissionSet {
+  const programs = input.mode === "kernelspace"
+    ? MODE_PROGRAMS.kernelspace
+    : input.allModes
+    ? LINUX_PROGRAMS
+    : MODE_PROGRAMS[input.mode];
+  const net = [...input.apiservers, ...input.listen];
+  if (input.healthCheckBindHost) net.push(input.healthCheckBindHost);
+  return {
+    run: [...new Set(programs)].sort(),
+    net: [...new Set(net.filter((entry) => entry !== ""))].sort(),
+    read: [...new Set(input.read.filter((path) => path !== ""))].sort(),
+    env: [...ENV_VARS],
+    sys: ["hostname", "networkInterfaces"],
+  };
+}
+
+/** Renders a permission set as `deno run`/`deno compile` flags. */
+export function denoFlags(permissions: PermissionSet): string[] {
+  const flag = (name: string, values: string[]) =>
+    values.length > 0 ? [`--allow-${name}=${values.join(",")}`] : [];
+  return [
+    ...flag("run", permissions.run),
+    ...flag("net", permissions.net),
+    ...flag("read", permissions.read),
+    ...flag("env", permissions.env),
+    ...flag("sys", permissions.sys),
+    "--ignore-env",
+    "--no-prompt",
+  ];
+}
+
+/** Splits a URL like `https://10.0.0.1:6443` into the `host:port` Deno's --allow-net takes. */
+export function hostPortOfURL(url: string): string {
+  const parsed = new URL(url);
+  const port = parsed.port || (parsed.protocol === "https:" ? "443" : "80");
+  return `${parsed.hostname}:${port}`;
+}

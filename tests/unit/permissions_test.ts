@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import {
+  denoFlags,
+  hostPortOfURL,
+  LINUX_PROGRAMS,
+  MODE_PROGRAMS,
+  permissionsFor,
+} from "../../lib/permissions.ts";
+
+Deno.test("permissionsFor() lists only the selected mode's programs", () => {
+  const cases = [
+    { mode: "nftables" as const, has: "nft", lacks: "iptables-restore" },
+    { mode: "iptables" as const, has: "iptables-restore", lacks: "nft" },
+    { mode: "ipvs" as const, has: "ipvsadm", lacks: "nft" },
+    { mode: "kernelspace" as const, has: "powershell.exe", lacks: "nft" },
+  ];
+  for (const { mode, has, lacks } of cases) {
+    const set = permissionsFor({
+      mode,
+      apiservers: [],
+      listen: [],
+      healthCheckBindHost: "",
+      read: [],
+    });
+    assert.ok(set.run.includes(has), `${mode} runs ${has}`);
+    assert.ok(!set.run.includes(lacks), `${mode} does not run ${lacks}`);
+    assert.deepEqual(set.run, [...new Set(MODE_PROGRAMS[mode])].sort());
+  }
+});
+
+Deno.test("permissionsFor() with allModes allows every Linux mode's programs", () => {
+  const set = permissionsFor({
+    mode: "nftables",
+    apiservers: [],
+    listen: [],
+    healthCheckBindHost: "",
+    read: [],
+    allModes: true,
+  });
+  assert.deepEqual(set.run, [...LINUX_PROGRAMS]);
+  assert.ok(!set.run.includes("powershell.exe"));
+  assert.ok(!set.run.includes("sh"));
+});
+
+Deno.test("permissionsFor() names exact hosts and files", () => {
+  const set = permissionsFor({
+    mode: "nftables",
+    apiservers: ["10.0.0.1:6443"],
+    listen: ["0.0.0.0:10256", "127.0.0.1:10249"],
+    healthCheckBindHost: "0.0.0.0",
+    read: ["/etc/kproxy/config.yaml", "", "/etc/kproxy/config.yaml"],
+  });
+  assert.deepEqual(set.net, ["0.0.0.0", "0.0.0.0:10256", "10.0.0.1:6443", "127.0.0.1:10249"]);
+  assert.deepEqual(set.read, ["/etc/kproxy/config.yaml"]);
+});
+
+Deno.test("denoFlags() renders one flag per kind and omits empty kinds", () => {
+  const flags = denoFlags({ run: ["nft"], net: [], read: ["/a", "/b"], env: ["HOME"], sys: [] });
+  assert.deepEqual(flags, [
+    "--allow-run=nft",
+    "--allow-read=/a,/b",
+    "--allow-env=HOME",
+    "--ignore-env",
+    "--no-prompt",
+  ]);
+});
+
+Deno.test("hostPortOfURL() fills the scheme's default port", () => {
+  assert.equal(hostPortOfURL("https://10.0.0.1:6443"), "10.0.0.1:6443");
+  assert.equal(hostPortOfURL("https://api.example"), "api.example:443");
+  assert.equal(hostPortOfURL("http://127.0.0.1"), "127.0.0.1:80");
+  assert.equal(hostPortOfURL("https://[fd00::1]:6443"), "[fd00::1]:6443");
+});
