@@ -1,0 +1,204 @@
+/**
+ * Strict IP address and CIDR parsing shared by the parsers, the planner and
+ * the backends.
+ *
+ * Only canonical, unambiguous spellings are accepted: IPv4 as four decimal
+ * octets without leading zeros, IPv6 without zones and without IPv4-mapped
+ * (`::ffff:a.b.c.d`) addresses. Accepted IPv6 text is normalised to its
+ * RFC 5952 form (compressed, lower case), so equal addresses compare equal as
+ * strings.
+ *
+ * @module
+ */
+
+import type { IpFamily } from "./model.ts";
+
+/** A parsed IP address. */
+export interface ParsedIP {
+  family: IpFamily;
+  /** 4 or 16 bytes, network order. */
+  bytes: Uint8Array;
+  /** The canonical text form. */
+  address: string;
+}
+
+/** A parsed CIDR, normalised to its network address. */
+export interface ParsedCIDR {
+  family: IpFamily;
+  /** The network address (host bits cleared), 4 or 16 bytes. */
+  bytes: Uint8Array;
+  prefixLength: number;
+  /** The canonical text form, `network/prefix`. */
+  cidr: string;
+}
+
+const DECIMAL_OCTET = /^(0|[1-9][0-9]{0,2})$/;
+const HEX_GROUP = /^[0-9a-fA-F]{1,4}$/;
+
+function parseIPv4Bytes(text: string): Uint8Array | undefined {
+  const parts = text.split(".");
+  if (parts.length !== 4) return undefined;
+  const bytes = new Uint8Array(4);
+  for (const [i, part] of parts.entries()) {
+    if (!DECIMAL_OCTET.test(part)) return undefined;
+    const value = Number(part);
+    if (value > 255) return undefined;
+    bytes[i] = value;
+  }
+  return bytes;
+}
+
+function parseIPv6Groups(text: string): number[] | undefined {
+  if (text.length === 0) return [];
+  const groups: number[] = [];
+  const parts = text.split(":");
+  for (const [i, part] of parts.entries()) {
+    if (i === parts.length - 1 && part.includes(".")) {
+      const v4 = parseIPv4Bytes(part);
+      if (!v4) return undefined;
+      groups.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
+    } else {
+      if (!HEX_GROUP.test(part)) return undefined;
+      groups.push(parseInt(part, 16));
+    }
+  }
+  return groups;
+}
+
+function parseIPv6Bytes(text: string): Uint8Array | undefined {
+  if (text.length > 45 || !/^[0-9a-fA-F:.]+$/.test(text)) return undefined;
+  const halves = text.split("::");
+  if (halves.length > 2) return undefined;
+  let groups: number[];
+  if (halves.length === 2) {
+    const head = parseIPv6Groups(halves[0]!);
+    const tail = parseIPv6Groups(halves[1]!);
+    if (!head || !tail || head.length + tail.length > 7) return undefined;
+    groups = [...head, ...new Array(8 - head.length - tail.length).fill(0), ...tail];
+  } else {
+    const all = parseIPv6Groups(text);
+    if (!all || all.length !== 8) return undefined;
+    groups = all;
+  }
+  const bytes = new Uint8Array(16);
+  for (const [i, group] of groups.entries()) {
+    bytes[2 * i] = group >> 8;
+    bytes[2 * i + 1] = group & 0xff;
+  }
+  return bytes;
+}
+
+function isV4Mapped(bytes: Uint8Array): boolean {
+  for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return false;
+  return bytes[10] === 0xff && bytes[11] === 0xff;
+}
+
+/** Formats 4 or 16 address bytes as canonical text (RFC 5952 for IPv6). */
+export function formatIP(bytes: Uint8Array): string {
+  if (bytes.length === 4) return Array.from(bytes).join(".");
+  const groups: number[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push((bytes[i]! << 8) | bytes[i + 1]!);
+  let bestStart = -1;
+  let bestLength = 0;
+  for (let i = 0; i < 8;) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLength && j - i >= 2) {
+      bestStart = i;
+      bestLength = j - i;
+    }
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (bestStart < 0) return hex.join(":");
+  const head = hex.slice(0, bestStart).join(":");
+  const tail = hex.slice(bestStart + bestLength).join(":");
+  return `${head}::${tail}`;
+}
+
+/**
+ * Parses an IP address strictly.
+ *
+ * @param text The address text.
+ * @returns The parsed address, or undefined when `text` is not a canonical
+ * IPv4 address or an acceptable IPv6 address.
+ */
+export function parseIP(text: string): ParsedIP | undefined {
+  if (typeof text !== "string") return undefined;
+  if (text.includes(":")) {
+    const bytes = parseIPv6Bytes(text);
+    if (!bytes || isV4Mapped(bytes)) return undefined;
+    return { family: "IPv6", bytes, address: formatIP(bytes) };
+  }
+  const bytes = parseIPv4Bytes(text);
+  if (!bytes) return undefined;
+  return { family: "IPv4", bytes, address: formatIP(bytes) };
+}
+
+/** Returns the canonical text of an IP address, or undefined when it is not one. */
+export function canonicalIP(text: string): string | undefined {
+  return parseIP(text)?.address;
+}
+
+/** Returns the family of an IP address or CIDR, or undefined when it is neither. */
+export function ipFamily(text: string): IpFamily | undefined {
+  return text.includes("/") ? parseCIDR(text)?.family : parseIP(text)?.family;
+}
+
+/**
+ * Parses a CIDR strictly and clears its host bits, so `10.0.0.1/8` becomes
+ * `10.0.0.0/8`.
+ *
+ * @param text The CIDR text.
+ * @returns The parsed CIDR, or undefined when `text` is not one.
+ */
+export function parseCIDR(text: string): ParsedCIDR | undefined {
+  if (typeof text !== "string") return undefined;
+  const slash = text.indexOf("/");
+  if (slash < 0) return undefined;
+  const ip = parseIP(text.slice(0, slash));
+  const prefixText = text.slice(slash + 1);
+  if (!ip || !DECIMAL_OCTET.test(prefixText)) return undefined;
+  const prefixLength = Number(prefixText);
+  if (prefixLength > ip.bytes.length * 8) return undefined;
+  const bytes = maskBytes(ip.bytes, prefixLength);
+  return {
+    family: ip.family,
+    bytes,
+    prefixLength,
+    cidr: `${formatIP(bytes)}/${prefixLength}`,
+  };
+}
+
+function maskBytes(bytes: Uint8Array, prefixLength: number): Uint8Array {
+  const masked = new Uint8Array(bytes.length);
+  for (let i = 0; i < bytes.length; i++) {
+    const bits = Math.max(0, Math.min(8, prefixLength - 8 * i));
+    masked[i] = bytes[i]! & ((0xff << (8 - bits)) & 0xff);
+  }
+  return masked;
+}
+
+/**
+ * Tells whether `ip` lies inside `cidr`. False when either does not parse or
+ * their families differ.
+ */
+export function cidrContains(cidr: string | ParsedCIDR, ip: string | ParsedIP): boolean {
+  const network = typeof cidr === "string" ? parseCIDR(cidr) : cidr;
+  const address = typeof ip === "string" ? parseIP(ip) : ip;
+  if (!network || !address || network.family !== address.family) return false;
+  const masked = maskBytes(address.bytes, network.prefixLength);
+  return masked.every((byte, i) => byte === network.bytes[i]);
+}
+
+/** Tells whether `ip` is a loopback address (127.0.0.0/8 or ::1). */
+export function isLoopback(ip: string): boolean {
+  const parsed = parseIP(ip);
+  if (!parsed) return false;
+  if (parsed.family === "IPv4") return parsed.bytes[0] === 127;
+  return parsed.address === "::1";
+}

@@ -1,0 +1,477 @@
+/**
+ * The planner: cluster state and this node's configuration in, one {@linkcode Plan}
+ * per IP family out. Every Service policy decision is made here, once; backends
+ * only render the result.
+ *
+ * Pure apart from log lines. Given a previous result and the set of changed
+ * services, it replans only those and reuses the other service port plans as
+ * they are (same objects), so the cost of a sync follows the size of the change.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { DetectLocalMode } from "./config_types.ts";
+import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
+import { cidrContains, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
+import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
+import { serviceKey } from "./model.ts";
+import type {
+  ClusterIPMasquerade,
+  LocalTrafficDetector,
+  NodePlans,
+  Plan,
+  ServicePortPlan,
+} from "./plan.ts";
+import { servicePortId } from "./plan.ts";
+import type { ClusterState } from "./state.ts";
+import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
+
+const logger = getLogger(["kproxy", "planner"]);
+
+/** The `--nodeport-addresses` value meaning the node's primary addresses. */
+export const NODE_PORT_ADDRESSES_PRIMARY = "primary";
+
+/** The configuration values the planner needs. */
+export interface PlannerOptions {
+  nodeName: string;
+  /** `["primary"]` or CIDRs; a family without CIDRs uses its primary address. */
+  nodePortAddresses: string[];
+  /** The node's interface addresses, used to resolve CIDR nodePortAddresses. */
+  localAddresses: string[];
+  clusterCIDRs: string[];
+  detectLocalMode: DetectLocalMode;
+  bridgeInterface: string;
+  interfaceNamePrefix: string;
+  masqueradeAll: boolean;
+  /** Used when the state has no ServiceCIDR objects. */
+  serviceClusterIPRange: string[];
+  /** Empty means every declared externalIP is honoured. */
+  externalIPAllowedCIDRs: string[];
+  featureGates: Record<string, boolean>;
+}
+
+/** Input of {@linkcode planNode}. */
+export interface PlanInput {
+  state: ClusterState;
+  options: PlannerOptions;
+  /** The previous result; with `changedServices`, enables an incremental replan. */
+  previous?: NodePlans;
+  /** Services whose object or slices changed since `previous`. */
+  changedServices?: Set<ServiceKey>;
+  /** Something every service depends on changed: replan everything. */
+  globalChange?: boolean;
+}
+
+const FAMILIES: readonly IpFamily[] = ["IPv4", "IPv6"];
+
+const IPV4_SHAPE = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(\/\d{1,2})?$/;
+
+/** The family of an address or CIDR that the parsers already validated; a cheap
+ * shape check, undefined for anything else (e.g. "None"). */
+function familyOf(text: string): IpFamily | undefined {
+  return text.includes(":") ? "IPv6" : IPV4_SHAPE.test(text) ? "IPv4" : undefined;
+}
+
+/** What every service port plan of one family shares. */
+interface FamilyContext {
+  family: IpFamily;
+  state: ClusterState;
+  options: PlannerOptions;
+  nodeLabels: Readonly<Record<string, string>>;
+  clusterIPMasquerade: ClusterIPMasquerade;
+  externalIPAllowed: ParsedCIDR[];
+}
+
+/**
+ * Plans the node's packet path for both IP families.
+ *
+ * @example Full plan
+ * ```ts ignore
+ * const plans = planNode({ state, options });
+ * plans.ipv4.services; // sorted by id
+ * ```
+ *
+ * @param input The cluster state, the options and optionally the previous result.
+ * @returns One plan per family.
+ */
+export function planNode(input: PlanInput): NodePlans {
+  const { state, options, previous, changedServices } = input;
+  const node = state.nodes.get(options.nodeName);
+  const incremental = previous !== undefined && changedServices !== undefined &&
+    input.globalChange !== true;
+  const replan = incremental ? replanSet(state, changedServices, options) : undefined;
+  const plans = FAMILIES.map((family): Plan => {
+    const localTraffic = localTrafficDetector(family, options, node);
+    const ctx: FamilyContext = {
+      family,
+      state,
+      options,
+      nodeLabels: node?.labels ?? {},
+      clusterIPMasquerade: options.masqueradeAll
+        ? "all"
+        : localTraffic.mode === "None"
+        ? "none"
+        : "non-local",
+      externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
+    };
+    const previousPlan = previous === undefined
+      ? undefined
+      : family === "IPv4"
+      ? previous.ipv4
+      : previous.ipv6;
+    const services = previousPlan !== undefined && replan !== undefined
+      ? replanServices(ctx, previousPlan.services, replan)
+      : planAllServices(ctx);
+    return {
+      family,
+      nodeName: options.nodeName,
+      nodePortAddresses: nodePortAddresses(family, options, node),
+      serviceCIDRs: serviceCIDRs(family, state, options),
+      localTraffic,
+      services,
+    };
+  });
+  return { ipv4: plans[0]!, ipv6: plans[1]! };
+}
+
+/** The services to replan incrementally: the changed ones, plus those whose plan
+ * depends on other nodes' labels (topologyKeys), which no service change reports. */
+function replanSet(
+  state: ClusterState,
+  changed: Set<ServiceKey>,
+  options: PlannerOptions,
+): Set<ServiceKey> {
+  if (!gateEnabled(options.featureGates, SERVICE_TOPOLOGY_GATE)) return changed;
+  let extra: ServiceKey[] | undefined;
+  for (const [key, service] of state.services) {
+    if (!changed.has(key) && usesTopologyKeys(service, options.featureGates)) {
+      (extra ??= []).push(key);
+    }
+  }
+  return extra === undefined ? changed : new Set([...changed, ...extra]);
+}
+
+function planAllServices(ctx: FamilyContext): ServicePortPlan[] {
+  const services: ServicePortPlan[] = [];
+  for (const [key, service] of ctx.state.services) {
+    services.push(...planServiceSafely(ctx, key, service));
+  }
+  return services.sort(byId);
+}
+
+/**
+ * Replans the given services and splices the result into the previous, sorted
+ * list. The ports of one service are contiguous there (ids share the
+ * `namespace/name:` prefix), so each is found by binary search and the
+ * untouched entries are copied by reference: the cost follows the change.
+ */
+function replanServices(
+  ctx: FamilyContext,
+  previous: readonly ServicePortPlan[],
+  replan: ReadonlySet<ServiceKey>,
+): ServicePortPlan[] {
+  const fresh: ServicePortPlan[] = [];
+  const removed: [start: number, end: number][] = [];
+  for (const key of replan) {
+    const prefix = `${key}:`;
+    let end = lowerBound(previous, prefix);
+    const start = end;
+    while (end < previous.length && previous[end]!.id.startsWith(prefix)) end++;
+    if (end > start) removed.push([start, end]);
+    const service = ctx.state.services.get(key);
+    if (service === undefined) continue;
+    fresh.push(...planServiceSafely(ctx, key, service));
+  }
+  fresh.sort(byId);
+  removed.sort((a, b) => a[0] - b[0]);
+  const insertAt = fresh.map((plan) => lowerBound(previous, plan.id));
+  const merged: ServicePortPlan[] = [];
+  let cursor = 0;
+  let r = 0;
+  let f = 0;
+  while (cursor < previous.length || f < fresh.length) {
+    if (f < fresh.length && insertAt[f]! <= cursor) {
+      merged.push(fresh[f++]!);
+    } else if (r < removed.length && removed[r]![0] === cursor) {
+      cursor = removed[r++]![1];
+    } else {
+      const stop = Math.min(
+        r < removed.length ? removed[r]![0] : previous.length,
+        f < fresh.length ? insertAt[f]! : previous.length,
+      );
+      while (cursor < stop) merged.push(previous[cursor++]!);
+    }
+  }
+  return merged;
+}
+
+/** The first index whose id is not below `id`. */
+function lowerBound(plans: readonly ServicePortPlan[], id: string): number {
+  let low = 0;
+  let high = plans.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (plans[mid]!.id < id) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
+function byId(a: ServicePortPlan, b: ServicePortPlan): number {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/** {@linkcode planService}, with any unexpected failure logged and the service skipped. */
+function planServiceSafely(
+  ctx: FamilyContext,
+  key: ServiceKey,
+  service: Service,
+): ServicePortPlan[] {
+  try {
+    return planService(ctx, service, ctx.state.slicesByService.get(key) ?? []);
+  } catch (error) {
+    logger.warn("Skipping service {key}: cannot plan it: {error}", { key, error: String(error) });
+    return [];
+  }
+}
+
+/** Plans every port of one service for one family; [] when the service has no
+ * cluster IP of the family or is skipped as invalid. */
+function planService(
+  ctx: FamilyContext,
+  service: Service,
+  slices: readonly EndpointSlice[],
+): ServicePortPlan[] {
+  const { family, options } = ctx;
+  const clusterIP = service.clusterIPs.find((ip) => familyOf(ip) === family);
+  if (clusterIP === undefined) return [];
+  const key = serviceKey(service.namespace, service.name);
+  const topologyKeys = usesTopologyKeys(service, options.featureGates);
+  if (topologyKeys && service.externalTrafficPolicy === "Local") {
+    logger.warn(
+      "Skipping service {key}: topologyKeys cannot be used with externalTrafficPolicy Local",
+      { key },
+    );
+    return [];
+  }
+  const externalIPs = allowedExternalIPs(ctx, key, service.externalIPs);
+  const loadBalancerIPs = service.type === "LoadBalancer"
+    ? service.loadBalancerIngress
+      .filter((ingress) => ingress.ipMode === "VIP" && familyOf(ingress.ip) === family)
+      .map((ingress) => ingress.ip)
+    : [];
+  const sourceRanges = service.type === "LoadBalancer"
+    ? service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family)
+    : [];
+  const healthCheckNodePort =
+    service.type === "LoadBalancer" && service.externalTrafficPolicy === "Local"
+      ? service.healthCheckNodePort
+      : 0;
+  const plans: ServicePortPlan[] = [];
+  for (const port of service.ports) {
+    const nodePort = service.type === "ClusterIP" ? 0 : port.nodePort;
+    const externallyAccessible = nodePort > 0 || externalIPs.length > 0 ||
+      loadBalancerIPs.length > 0;
+    const externalLocal = externallyAccessible && service.externalTrafficPolicy === "Local";
+    const endpoints = mergeSliceEndpoints({
+      slices,
+      family,
+      portName: port.name,
+      protocol: port.protocol,
+      nodeName: options.nodeName,
+    });
+    const categorized = categorizeEndpoints({
+      endpoints,
+      service,
+      externalLocal,
+      topology: {
+        nodeName: options.nodeName,
+        nodeLabels: ctx.nodeLabels,
+        nodes: ctx.state.nodes,
+        featureGates: options.featureGates,
+      },
+    });
+    plans.push({
+      id: servicePortId(service.namespace, service.name, port.name, port.protocol),
+      namespace: service.namespace,
+      name: service.name,
+      portName: port.name,
+      protocol: port.protocol,
+      port: port.port,
+      clusterIPs: [clusterIP],
+      nodePort,
+      externalIPs: [...externalIPs],
+      loadBalancerIPs: [...loadBalancerIPs],
+      sourceRanges: [...sourceRanges],
+      healthCheckNodePort,
+      affinityTimeoutSeconds: service.affinityTimeoutSeconds,
+      clusterIPMasquerade: ctx.clusterIPMasquerade,
+      internal: categorized.internal,
+      external: categorized.external,
+      externalLocal,
+      localReadyEndpoints: categorized.localReadyEndpoints,
+    });
+  }
+  return plans;
+}
+
+/** Declared externalIPs of the family, without those outside the allow-list. */
+function allowedExternalIPs(ctx: FamilyContext, key: ServiceKey, declared: string[]): string[] {
+  const ofFamily = declared.filter((ip) => familyOf(ip) === ctx.family);
+  if (ctx.options.externalIPAllowedCIDRs.length === 0) return ofFamily;
+  return ofFamily.filter((ip) => {
+    if (ctx.externalIPAllowed.some((cidr) => cidrContains(cidr, ip))) return true;
+    logger.warn(
+      "Ignoring externalIP {ip} of service {key}: outside the allowed CIDRs {allowed}",
+      { ip, key, allowed: ctx.options.externalIPAllowedCIDRs },
+    );
+    return false;
+  });
+}
+
+function parseCIDRs(cidrs: readonly string[], family: IpFamily): ParsedCIDR[] {
+  const parsed: ParsedCIDR[] = [];
+  for (const text of cidrs) {
+    const cidr = parseCIDR(text);
+    if (cidr?.family === family) parsed.push(cidr);
+  }
+  return parsed;
+}
+
+/**
+ * The local-traffic detector of one family (`--detect-local-mode`). An unset mode
+ * with cluster CIDRs behaves as ClusterCIDR, as upstream's default does.
+ */
+function localTrafficDetector(
+  family: IpFamily,
+  options: PlannerOptions,
+  node: Node | undefined,
+): LocalTrafficDetector {
+  const ofFamily = (cidrs: readonly string[]) => parseCIDRs(cidrs, family).map((cidr) => cidr.cidr);
+  const mode = options.detectLocalMode === "" && options.clusterCIDRs.length > 0
+    ? "ClusterCIDR"
+    : options.detectLocalMode;
+  switch (mode) {
+    case "ClusterCIDR": {
+      const cidrs = ofFamily(options.clusterCIDRs);
+      return cidrs.length > 0 ? { mode, cidrs } : { mode: "None" };
+    }
+    case "NodeCIDR": {
+      const cidrs = ofFamily(node?.podCIDRs ?? []);
+      return cidrs.length > 0 ? { mode, cidrs } : { mode: "None" };
+    }
+    case "BridgeInterface":
+      return options.bridgeInterface !== ""
+        ? { mode, interfaces: [options.bridgeInterface] }
+        : { mode: "None" };
+    case "InterfaceNamePrefix":
+      return options.interfaceNamePrefix !== ""
+        ? { mode, interfaces: [options.interfaceNamePrefix] }
+        : { mode: "None" };
+    default:
+      return { mode: "None" };
+  }
+}
+
+/**
+ * Node-port addresses of one family: the local addresses inside the family's
+ * CIDRs, or, when the family has none, the node's primary address (its first
+ * address of the family on the Node object, else the first local one). Never
+ * loopback.
+ */
+function nodePortAddresses(
+  family: IpFamily,
+  options: PlannerOptions,
+  node: Node | undefined,
+): string[] {
+  const cidrs = parseCIDRs(
+    options.nodePortAddresses.filter((v) => v !== NODE_PORT_ADDRESSES_PRIMARY),
+    family,
+  );
+  const localOfFamily = options.localAddresses.filter((ip) => familyOf(ip) === family);
+  let candidates: string[];
+  if (cidrs.length > 0) {
+    candidates = localOfFamily.filter((ip) => cidrs.some((cidr) => cidrContains(cidr, ip)));
+  } else {
+    const primary = (node?.addresses ?? []).find((ip) => familyOf(ip) === family) ??
+      localOfFamily.find((ip) => !isLoopback(ip));
+    candidates = primary === undefined ? [] : [primary];
+  }
+  const addresses: string[] = [];
+  for (const ip of candidates) {
+    if (isLoopback(ip)) {
+      logger.debug("Not capturing node ports on loopback address {ip}", { ip });
+    } else if (!addresses.includes(ip)) {
+      addresses.push(ip);
+    }
+  }
+  return addresses;
+}
+
+/** Service CIDRs of one family: from ServiceCIDR objects, else the configured range. */
+function serviceCIDRs(family: IpFamily, state: ClusterState, options: PlannerOptions): string[] {
+  const declared = state.serviceCIDRs.length > 0
+    ? state.serviceCIDRs.flatMap((serviceCIDR) => serviceCIDR.cidrs)
+    : options.serviceClusterIPRange;
+  return [...new Set(parseCIDRs(declared, family).map((cidr) => cidr.cidr))];
+}
+
+/**
+ * Ids of the service ports added, removed or changed between two plans of one
+ * family. Entries that are the same object are unchanged without a look (the
+ * incremental planner reuses them); others are compared field by field.
+ *
+ * @param previous The plan before.
+ * @param next The plan after.
+ * @param _changedServices The services the planner replanned. Object identity
+ * already tells which entries were reused, so this only documents the call; a
+ * full replan (new objects everywhere) is compared entry by entry.
+ * @returns The ids that differ.
+ */
+export function changedServicePortIds(
+  previous: Plan,
+  next: Plan,
+  _changedServices: Set<ServiceKey>,
+): Set<string> {
+  const changed = new Set<string>();
+  const before = previous.services;
+  const after = next.services;
+  let i = 0;
+  let j = 0;
+  while (i < before.length || j < after.length) {
+    const old = before[i];
+    const cur = after[j];
+    if (old === cur) {
+      i++;
+      j++;
+    } else if (cur === undefined || (old !== undefined && old.id < cur.id)) {
+      changed.add(old!.id);
+      i++;
+    } else if (old === undefined || cur.id < old.id) {
+      changed.add(cur.id);
+      j++;
+    } else {
+      if (old !== cur && !deepEqual(old, cur)) changed.add(cur.id);
+      i++;
+      j++;
+    }
+  }
+  return changed;
+}
+
+function deepEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((value, index) => deepEqual(value, b[index]));
+  }
+  if (Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  const rb = b as Record<string, unknown>;
+  const ra = a as Record<string, unknown>;
+  return ka.every((k) => Object.hasOwn(rb, k) && deepEqual(ra[k], rb[k]));
+}
