@@ -41,3 +41,199 @@ export class CommandError extends Error {
     this.name = "CommandError";
   }
 }
+
+/** Default time a program may run before it is killed. */
+export const DEFAULT_TIMEOUT_MS = 60_000;
+
+/** Every program any kproxy mode may run; `--allow-run` should name exactly these. */
+export const ALL_PROGRAMS: readonly string[] = Object.freeze([
+  "nft",
+  "iptables",
+  "iptables-save",
+  "iptables-restore",
+  "ip6tables",
+  "ip6tables-save",
+  "ip6tables-restore",
+  "iptables-nft",
+  "iptables-nft-save",
+  "iptables-nft-restore",
+  "ip6tables-nft",
+  "ip6tables-nft-save",
+  "ip6tables-nft-restore",
+  "iptables-legacy",
+  "iptables-legacy-save",
+  "iptables-legacy-restore",
+  "ip6tables-legacy",
+  "ip6tables-legacy-save",
+  "ip6tables-legacy-restore",
+  "ipvsadm",
+  "ipset",
+  "ip",
+  "sysctl",
+  "conntrack",
+  "powershell.exe",
+  "pwsh",
+  "netsh",
+]);
+
+/** Options for {@linkcode DenoExecutor}. */
+export interface DenoExecutorOptions {
+  /** Programs that may be run; anything else is refused without spawning. */
+  allowedPrograms: readonly string[];
+}
+
+/** Formats a command for messages: program and arguments, no stdin. */
+export function describeCommand(command: Command): string {
+  return [command.program, ...command.args].join(" ");
+}
+
+/**
+ * Runs allow-listed programs with `Deno.Command` (an argv, never a shell).
+ * A non-zero exit is returned as a result; refusal, a missing binary and a
+ * timeout throw {@linkcode CommandError}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const executor = new DenoExecutor({ allowedPrograms: ["nft"] });
+ * const result = await executor.run({ program: "nft", args: ["-f", "-"], stdin: script });
+ * ```
+ */
+export class DenoExecutor implements Executor {
+  readonly #allowed: ReadonlySet<string>;
+
+  constructor(options: DenoExecutorOptions) {
+    this.#allowed = new Set(options.allowedPrograms);
+  }
+
+  /** Runs one command; see the class documentation for what throws. */
+  async run(command: Command): Promise<CommandResult> {
+    if (!this.#allowed.has(command.program)) {
+      throw new CommandError(
+        command,
+        undefined,
+        `Cannot run "${command.program}": not in the allowed programs`,
+      );
+    }
+    const timeoutMs = command.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    let child: Deno.ChildProcess;
+    try {
+      child = new Deno.Command(command.program, {
+        args: command.args,
+        stdin: command.stdin === undefined ? "null" : "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+    } catch (error) {
+      const reason = error instanceof Deno.errors.NotFound
+        ? "program not found in PATH"
+        : error instanceof Error
+        ? error.message
+        : String(error);
+      throw new CommandError(command, undefined, `Cannot run "${command.program}": ${reason}`);
+    }
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        child.kill("SIGKILL");
+      } catch {
+        // Already exited.
+      }
+    }, timeoutMs);
+    try {
+      if (command.stdin !== undefined) {
+        await writeAll(child.stdin, command.stdin);
+      }
+      const output = await child.output();
+      const result: CommandResult = {
+        code: output.code,
+        stdout: new TextDecoder().decode(output.stdout),
+        stderr: new TextDecoder().decode(output.stderr),
+      };
+      if (timedOut) {
+        throw new CommandError(
+          command,
+          result,
+          `Cannot run "${describeCommand(command)}": killed after ${timeoutMs} ms timeout`,
+        );
+      }
+      return result;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+async function writeAll(stream: WritableStream<Uint8Array>, text: string): Promise<void> {
+  const writer = stream.getWriter();
+  try {
+    await writer.write(new TextEncoder().encode(text));
+    await writer.close();
+  } catch {
+    // The program closed stdin early (it exited); its exit status tells why.
+  } finally {
+    writer.releaseLock();
+  }
+}
+
+/**
+ * Runs a command and throws {@linkcode CommandError} when it exits non-zero,
+ * with the program's stderr in the message.
+ *
+ * @returns the result of a successful (exit 0) run
+ */
+export async function runChecked(executor: Executor, command: Command): Promise<CommandResult> {
+  const result = await executor.run(command);
+  if (result.code !== 0) {
+    const detail = result.stderr.trim() || result.stdout.trim() || "no output";
+    throw new CommandError(
+      command,
+      result,
+      `Cannot run "${describeCommand(command)}": exit status ${result.code}: ${detail}`,
+    );
+  }
+  return result;
+}
+
+/** Answers a command in a {@linkcode FakeExecutor}. */
+export type FakeHandler = (command: Command) => CommandResult | Promise<CommandResult>;
+
+/** A reply in a {@linkcode FakeExecutor} queue: a result, or an error to throw. */
+export type FakeReply = Partial<CommandResult> | Error;
+
+/**
+ * An Executor for tests: records every command in `calls` and answers from a
+ * queue of replies first, then from the handler, else with exit 0 and no output.
+ */
+export class FakeExecutor implements Executor {
+  /** Every command run, in order (copies). */
+  readonly calls: Command[] = [];
+  readonly #queue: FakeReply[] = [];
+  #handler?: FakeHandler;
+
+  constructor(handler?: FakeHandler) {
+    this.#handler = handler;
+  }
+
+  /** Queues replies for the next commands, in order. */
+  reply(...replies: FakeReply[]): this {
+    this.#queue.push(...replies);
+    return this;
+  }
+
+  /** Replaces the handler used once the queue is empty. */
+  setHandler(handler: FakeHandler | undefined): this {
+    this.#handler = handler;
+    return this;
+  }
+
+  /** Records the command and answers it. */
+  async run(command: Command): Promise<CommandResult> {
+    this.calls.push({ ...command, args: [...command.args] });
+    const queued = this.#queue.shift();
+    if (queued instanceof Error) throw queued;
+    if (queued !== undefined) return { code: 0, stdout: "", stderr: "", ...queued };
+    if (this.#handler) return await this.#handler(command);
+    return { code: 0, stdout: "", stderr: "" };
+  }
+}

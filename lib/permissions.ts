@@ -9,7 +9,8 @@
  * @module
  */
 
-import type { ProxyMode } from "./config_types.ts";
+import { parse as parseYaml } from "yaml";
+import type { Config, ProxyMode } from "./config_types.ts";
 
 /** Programs each mode spawns through the Executor. */
 export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
@@ -122,4 +123,80 @@ export function hostPortOfURL(url: string): string {
   const parsed = new URL(url);
   const port = parsed.port || (parsed.protocol === "https:" ? "443" : "80");
   return `${parsed.hostname}:${port}`;
+}
+
+/** What {@linkcode permissionInputFor} may read: files and environment variables. */
+export interface PermissionEnvironment {
+  readTextFile(path: string): string;
+  getEnv(name: string): string | undefined;
+}
+
+/**
+ * Derives the exact permission input of a configuration: the apiserver from
+ * `--master`, the kubeconfig's current cluster, or the in-cluster service
+ * variables; the files the kubeconfig names; the listening addresses.
+ *
+ * @throws {Error} when the kubeconfig cannot be read or names no server
+ */
+export function permissionInputFor(config: Config, env: PermissionEnvironment): PermissionInput {
+  const read = [config.configFile, config.manifests];
+  const apiservers: string[] = [];
+  if (config.manifests === "") {
+    if (config.master !== "") apiservers.push(hostPortOfURL(config.master));
+    if (config.kubeconfig !== "") {
+      read.push(config.kubeconfig);
+      const kubeconfig = readKubeconfig(env.readTextFile(config.kubeconfig), config.kubeconfig);
+      if (config.master === "") apiservers.push(hostPortOfURL(kubeconfig.server));
+      read.push(...kubeconfig.files);
+    } else if (config.master === "") {
+      const host = env.getEnv("KUBERNETES_SERVICE_HOST");
+      const port = env.getEnv("KUBERNETES_SERVICE_PORT") ?? "443";
+      if (!host) {
+        throw new Error(
+          "Cannot find the apiserver: no --master, --kubeconfig or in-cluster environment",
+        );
+      }
+      apiservers.push(host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`);
+      read.push(SERVICE_ACCOUNT_DIR);
+    }
+  }
+  const healthCheckBindHost = config.bindAddress === "" ? "0.0.0.0" : config.bindAddress;
+  return {
+    mode: config.proxyMode,
+    apiservers,
+    listen: [config.healthzBindAddress, config.metricsBindAddress].filter((a) => a !== ""),
+    healthCheckBindHost,
+    read,
+    allModes: config.proxyMode !== "kernelspace",
+  };
+}
+
+interface KubeconfigSummary {
+  server: string;
+  files: string[];
+}
+
+function readKubeconfig(text: string, path: string): KubeconfigSummary {
+  const doc = parseYaml(text) as Record<string, any> | null;
+  const contexts: any[] = doc?.contexts ?? [];
+  const clusters: any[] = doc?.clusters ?? [];
+  const users: any[] = doc?.users ?? [];
+  const context = contexts.find((c) => c?.name === doc?.["current-context"])?.context ??
+    contexts[0]?.context;
+  const cluster = clusters.find((c) => c?.name === context?.cluster)?.cluster ??
+    clusters[0]?.cluster;
+  const user = users.find((u) => u?.name === context?.user)?.user ?? users[0]?.user;
+  if (typeof cluster?.server !== "string") {
+    throw new Error(`Cannot find the apiserver in kubeconfig "${path}": no cluster server`);
+  }
+  const dir = path.includes("/") ? path.slice(0, path.lastIndexOf("/") + 1) : "";
+  const resolve = (file: unknown) =>
+    typeof file !== "string" || file === "" ? "" : file.startsWith("/") ? file : dir + file;
+  const files = [
+    resolve(cluster["certificate-authority"]),
+    resolve(user?.["client-certificate"]),
+    resolve(user?.["client-key"]),
+    resolve(user?.tokenFile),
+  ].filter((file) => file !== "");
+  return { server: cluster.server, files };
 }

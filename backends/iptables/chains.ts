@@ -1,0 +1,148 @@
+/**
+ * The fixed chains of the iptables mode and the jumps that connect them to the
+ * built-in chains, with kube-proxy's names and comments.
+ *
+ * @module
+ */
+
+/** A table kproxy writes to. */
+export type IptablesTable = "filter" | "nat" | "mangle";
+
+/** Top-level chains, named as upstream kube-proxy names them. */
+export const Chains = Object.freeze({
+  services: "KUBE-SERVICES",
+  externalServices: "KUBE-EXTERNAL-SERVICES",
+  nodePorts: "KUBE-NODEPORTS",
+  postrouting: "KUBE-POSTROUTING",
+  markMasq: "KUBE-MARK-MASQ",
+  forward: "KUBE-FORWARD",
+  proxyFirewall: "KUBE-PROXY-FIREWALL",
+  /** Shared with kubelet: blocks martian localnet traffic when localhost node ports are on. */
+  kubeletFirewall: "KUBE-FIREWALL",
+  canary: "KUBE-PROXY-CANARY",
+});
+
+/** One rule in a built-in chain that jumps to a kproxy chain. */
+export interface BaseJump {
+  table: IptablesTable;
+  /** Built-in chain holding the jump (INPUT, FORWARD, ...). */
+  from: string;
+  /** kproxy chain jumped to. */
+  to: string;
+  comment: string;
+  /** Extra match arguments before the comment. */
+  match: readonly string[];
+}
+
+const NEW = ["-m", "conntrack", "--ctstate", "NEW"] as const;
+
+/** The jumps from built-in chains, as upstream's `iptablesJumpChains`. */
+export const BASE_JUMPS: readonly BaseJump[] = Object.freeze([
+  {
+    table: "filter",
+    from: "INPUT",
+    to: Chains.externalServices,
+    comment: "kubernetes externally-visible service portals",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "FORWARD",
+    to: Chains.externalServices,
+    comment: "kubernetes externally-visible service portals",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "INPUT",
+    to: Chains.nodePorts,
+    comment: "kubernetes health check service ports",
+    match: [],
+  },
+  {
+    table: "filter",
+    from: "FORWARD",
+    to: Chains.services,
+    comment: "kubernetes service portals",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "OUTPUT",
+    to: Chains.services,
+    comment: "kubernetes service portals",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "FORWARD",
+    to: Chains.forward,
+    comment: "kubernetes forwarding rules",
+    match: [],
+  },
+  {
+    table: "filter",
+    from: "INPUT",
+    to: Chains.proxyFirewall,
+    comment: "kubernetes load balancer firewall",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "OUTPUT",
+    to: Chains.proxyFirewall,
+    comment: "kubernetes load balancer firewall",
+    match: NEW,
+  },
+  {
+    table: "filter",
+    from: "FORWARD",
+    to: Chains.proxyFirewall,
+    comment: "kubernetes load balancer firewall",
+    match: NEW,
+  },
+  {
+    table: "nat",
+    from: "OUTPUT",
+    to: Chains.services,
+    comment: "kubernetes service portals",
+    match: [],
+  },
+  {
+    table: "nat",
+    from: "PREROUTING",
+    to: Chains.services,
+    comment: "kubernetes service portals",
+    match: [],
+  },
+  {
+    table: "nat",
+    from: "POSTROUTING",
+    to: Chains.postrouting,
+    comment: "kubernetes postrouting rules",
+    match: [],
+  },
+]);
+
+/** Jumps to the kubelet-style localnet firewall, installed only with localhost node ports (IPv4). */
+export const LOCALHOST_FIREWALL_JUMPS: readonly BaseJump[] = Object.freeze([
+  { table: "filter", from: "INPUT", to: Chains.kubeletFirewall, comment: "", match: [] },
+  { table: "filter", from: "OUTPUT", to: Chains.kubeletFirewall, comment: "", match: [] },
+]);
+
+/** The rule arguments of a base jump, without `-A`/`-I`/`-C` and chain. */
+export function baseJumpArgs(jump: BaseJump): string[] {
+  const comment = jump.comment === "" ? [] : ["-m", "comment", "--comment", jump.comment];
+  return [...jump.match, ...comment, "-j", jump.to];
+}
+
+/**
+ * Chains owned by kproxy (and kube-proxy) that `cleanup` flushes and deletes:
+ * the fixed ones and every per-service chain. Kubelet's chains
+ * (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-MARK-DROP) are left alone.
+ */
+export function isOwnedChain(name: string): boolean {
+  return (Object.values(Chains) as string[]).includes(name) &&
+      name !== Chains.kubeletFirewall ||
+    /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/.test(name);
+}

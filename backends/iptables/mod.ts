@@ -1,0 +1,287 @@
+/**
+ * The iptables proxy mode: renders each family's Plan with `render.ts` and
+ * applies it with one `iptables-restore --noflush` per family and sync. The
+ * first sync, a sync after a failure and every `request.full` sync rewrite
+ * everything kproxy owns; other syncs write only the chains that changed.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import type { Config } from "../../lib/config_types.ts";
+import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
+import { type Executor, runChecked } from "../../lib/exec.ts";
+import type { IpFamily } from "../../lib/model.ts";
+import type { Plan } from "../../lib/plan.ts";
+import { setSysctls } from "../../lib/sysctl.ts";
+import {
+  BASE_JUMPS,
+  type BaseJump,
+  baseJumpArgs,
+  Chains,
+  type IptablesTable,
+  LOCALHOST_FIREWALL_JUMPS,
+} from "./chains.ts";
+import {
+  detectVariant,
+  type IptablesPrograms,
+  iptablesPrograms,
+  type IptablesVariant,
+} from "./detect.ts";
+import {
+  type IptablesRenderOptions,
+  parseSavedChains,
+  renderCleanup,
+  renderFullInChunks,
+  renderPartial,
+} from "./render.ts";
+import type { IptablesRestoreScript } from "./script.ts";
+
+const logger = getLogger(["kproxy", "iptables"]);
+
+/** Seconds iptables waits for the xtables lock. */
+const LOCK_WAIT_SECONDS = "5";
+const RESTORE_ARGS = ["-w", LOCK_WAIT_SECONDS, "--noflush", "--counters"];
+/** A full restore at tens of thousands of services takes tens of seconds with iptables-nft. */
+const RESTORE_TIMEOUT_MS = 300_000;
+const NFT_CHAINS_PER_RESTORE = 2000;
+const CANARY_TABLES: readonly IptablesTable[] = ["mangle", "nat", "filter"];
+
+/** Options of {@linkcode createIptablesBackend}. */
+export interface IptablesBackendOptions {
+  /** Runs every program; wrap it (e.g. `ip netns exec NS`) to act elsewhere. */
+  executor: Executor;
+  config: Config;
+  /** Families this backend programs; plans of other families are ignored. @default {["IPv4", "IPv6"]} */
+  families?: IpFamily[];
+  /**
+   * Per-service chains per iptables-nft-restore input on full syncs: its time
+   * is quadratic in the chains declared in one input (see `renderFullInChunks`).
+   * @default {2000}
+   */
+  nftChainsPerRestore?: number;
+}
+
+/**
+ * Creates the iptables backend (`mode: "iptables"`).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const backend = createIptablesBackend({ executor, config });
+ * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * ```
+ */
+export function createIptablesBackend(options: IptablesBackendOptions): Backend {
+  return new IptablesBackend(options);
+}
+
+/** What one family's sync applied. */
+interface Applied {
+  rules: number;
+  scripts: number;
+}
+
+class IptablesBackend implements Backend {
+  readonly mode = "iptables";
+  readonly #executor: Executor;
+  readonly #config: Config;
+  readonly #families: ReadonlySet<IpFamily>;
+  readonly #renderOptions: IptablesRenderOptions;
+  readonly #nftChainsPerRestore: number;
+  #variant?: IptablesVariant;
+  /** Plans the kernel holds, per family; absent means the next sync must be full. */
+  readonly #applied = new Map<IpFamily, Plan>();
+  #routeLocalnetSet = false;
+
+  constructor(options: IptablesBackendOptions) {
+    this.#executor = options.executor;
+    this.#config = options.config;
+    this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
+    this.#nftChainsPerRestore = options.nftChainsPerRestore ?? NFT_CHAINS_PER_RESTORE;
+    this.#renderOptions = {
+      masqueradeBit: options.config.iptables.masqueradeBit,
+      localhostNodePorts: options.config.iptables.localhostNodePorts,
+      conntrackTcpBeLiberal: options.config.conntrack.tcpBeLiberal,
+    };
+  }
+
+  async sync(request: SyncRequest): Promise<SyncResult> {
+    const variant = await this.#resolveVariant();
+    const parts: string[] = [];
+    let full = false;
+    for (const plan of request.plans) {
+      if (!this.#families.has(plan.family)) continue;
+      const programs = iptablesPrograms(variant, plan.family);
+      const previous = this.#applied.get(plan.family);
+      this.#applied.delete(plan.family);
+      const applied = request.full || !previous
+        ? await this.#syncFull(plan, programs)
+        : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
+      this.#applied.set(plan.family, plan);
+      full ||= !previous || request.full;
+      parts.push(
+        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${
+          !previous || request.full ? "full" : "partial"
+        })`,
+      );
+      if (previous) await this.#flushStaleConntrack(previous, plan, request);
+    }
+    return { full, summary: parts.join("; ") };
+  }
+
+  async checkDrift(): Promise<boolean> {
+    if (this.#variant === undefined) return false;
+    for (const family of this.#applied.keys()) {
+      const { iptables } = iptablesPrograms(this.#variant, family);
+      for (const table of CANARY_TABLES) {
+        const result = await this.#executor.run({
+          program: iptables,
+          args: ["-w", LOCK_WAIT_SECONDS, "-t", table, "-n", "-L", Chains.canary],
+        });
+        if (result.code !== 0) {
+          logger.warn("Canary chain {chain} missing in {family} table {table}: rules drifted", {
+            chain: Chains.canary,
+            family,
+            table,
+          });
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  async cleanup(): Promise<void> {
+    this.#applied.clear();
+    const errors: unknown[] = [];
+    for (const variant of ["nft", "legacy"] as const) {
+      for (const family of ["IPv4", "IPv6"] as const) {
+        const programs = iptablesPrograms(variant, family);
+        for (const table of ["nat", "filter", "mangle"] as const) {
+          try {
+            await this.#cleanupTable(programs, family, table);
+          } catch (error) {
+            errors.push(error);
+          }
+        }
+      }
+    }
+    if (errors.length > 0) {
+      throw new AggregateError(
+        errors,
+        `Cannot clean up iptables rules: ${errors.length} tables failed`,
+      );
+    }
+  }
+
+  async #cleanupTable(programs: IptablesPrograms, family: IpFamily, table: IptablesTable) {
+    let save: string;
+    try {
+      const result = await this.#executor.run({ program: programs.save, args: ["-t", table] });
+      if (result.code !== 0) return;
+      save = result.stdout;
+    } catch {
+      return;
+    }
+    const script = renderCleanup({ table, save }, family);
+    if (script.isEmpty) return;
+    logger.info("Removing {count} kproxy chains from {program} table {table}", {
+      count: script.deletedChains(table).length,
+      program: programs.restore,
+      table,
+    });
+    await this.#restore(programs, script);
+  }
+
+  /**
+   * Deletes UDP conntrack entries the sync made stale. A full sync compares
+   * every service port; the first sync has nothing to compare with.
+   */
+  async #flushStaleConntrack(previous: Plan, next: Plan, request: SyncRequest): Promise<void> {
+    const changed = request.full
+      ? new Set([...previous.services, ...next.services].map((service) => service.id))
+      : request.changed;
+    const entries = staleUdpEntries(previous, next, changed);
+    if (entries.length === 0) return;
+    const { failed } = await flushStaleUdp(this.#executor, entries);
+    logger.debug("Flushed stale UDP conntrack entries: {count} sets, {failed} failed", {
+      count: entries.length,
+      failed,
+    });
+  }
+
+  async #resolveVariant(): Promise<IptablesVariant> {
+    if (this.#variant === undefined) {
+      this.#variant = await detectVariant(this.#executor, this.#config.iptables.backend);
+      logger.info("Using iptables {variant} binaries", { variant: this.#variant });
+    }
+    return this.#variant;
+  }
+
+  async #syncFull(plan: Plan, programs: IptablesPrograms): Promise<Applied> {
+    const localhost = plan.family === "IPv4" && this.#renderOptions.localhostNodePorts === true;
+    if (localhost && !this.#routeLocalnetSet) {
+      await setSysctls(this.#executor, { "net.ipv4.conf.all.route_localnet": "1" });
+      this.#routeLocalnetSet = true;
+    }
+    const scripts = renderFullInChunks(plan, {
+      ...this.#renderOptions,
+      existingChains: await this.#existingNatChains(programs),
+      maxChainsPerChunk: this.#variant === "nft" ? this.#nftChainsPerRestore : Infinity,
+    });
+    let rules = 0;
+    for (const script of scripts) {
+      await this.#restore(programs, script);
+      rules += script.ruleCount;
+    }
+    const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
+    for (const jump of jumps) await this.#ensureJump(programs, jump);
+    return { rules, scripts: scripts.length };
+  }
+
+  async #syncPartial(
+    change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
+    programs: IptablesPrograms,
+  ): Promise<Applied> {
+    const script = renderPartial(change, this.#renderOptions);
+    if (!script.isEmpty) await this.#restore(programs, script);
+    return { rules: script.ruleCount, scripts: script.isEmpty ? 0 : 1 };
+  }
+
+  async #existingNatChains(programs: IptablesPrograms): Promise<string[]> {
+    const result = await this.#executor.run({ program: programs.save, args: ["-t", "nat"] });
+    if (result.code !== 0) {
+      logger.warn("Cannot list nat chains with {program}: stale chains are kept: {stderr}", {
+        program: programs.save,
+        stderr: result.stderr.trim(),
+      });
+      return [];
+    }
+    return parseSavedChains(result.stdout);
+  }
+
+  async #restore(programs: IptablesPrograms, script: IptablesRestoreScript): Promise<void> {
+    if (script.error) throw script.error;
+    await runChecked(this.#executor, {
+      program: programs.restore,
+      args: RESTORE_ARGS,
+      stdin: script.toString(),
+      timeoutMs: RESTORE_TIMEOUT_MS,
+    });
+  }
+
+  async #ensureJump(programs: IptablesPrograms, jump: BaseJump): Promise<void> {
+    const rule = baseJumpArgs(jump);
+    const base = [programs.iptables, ["-w", LOCK_WAIT_SECONDS, "-t", jump.table]] as const;
+    const check = await this.#executor.run({
+      program: base[0],
+      args: [...base[1], "-C", jump.from, ...rule],
+    });
+    if (check.code === 0) return;
+    await runChecked(this.#executor, {
+      program: base[0],
+      args: [...base[1], "-I", jump.from, ...rule],
+    });
+  }
+}

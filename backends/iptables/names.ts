@@ -1,0 +1,90 @@
+/**
+ * Chain names of the iptables mode, computed exactly as kube-proxy computes
+ * them (`servicePortChainNameBase`): the first 16 characters of the base32
+ * sha256 of the service port name, protocol and endpoint. The names are
+ * stable across restarts and identical to upstream's, so an operator (or a
+ * kube-proxy replaced in place) sees the same chains.
+ *
+ * @module
+ */
+
+import { createHash } from "node:crypto";
+import type { PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+
+const BASE32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/** iptables refuses chain names longer than this. */
+export const MAX_CHAIN_NAME_LENGTH = 28;
+
+function base32(bytes: Uint8Array): string {
+  let out = "";
+  let buffer = 0;
+  let bits = 0;
+  for (const byte of bytes) {
+    buffer = (buffer << 8) | byte;
+    bits += 8;
+    while (bits >= 5) {
+      out += BASE32_ALPHABET[(buffer >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+    buffer &= (1 << bits) - 1;
+  }
+  if (bits > 0) out += BASE32_ALPHABET[(buffer << (5 - bits)) & 31];
+  return out;
+}
+
+function hash16(text: string): string {
+  const digest = createHash("sha256").update(text).digest();
+  return base32(new Uint8Array(digest.buffer, digest.byteOffset, 10));
+}
+
+/** The upstream `ServicePortName.String()`: `ns/name:port`, or `ns/name` for an unnamed port. */
+export function servicePortName(service: ServicePortPlan): string {
+  const base = `${service.namespace}/${service.name}`;
+  return service.portName === "" ? base : `${base}:${service.portName}`;
+}
+
+/** `ip:port`, with IPv6 addresses in brackets (Go's `net.JoinHostPort`). */
+export function endpointString(endpoint: Pick<PlanEndpoint, "ip" | "port">): string {
+  return endpoint.ip.includes(":")
+    ? `[${endpoint.ip}]:${endpoint.port}`
+    : `${endpoint.ip}:${endpoint.port}`;
+}
+
+/** The per-service chain names of one service port. */
+export interface ServiceChainNames {
+  /** KUBE-SVC-: endpoints for Cluster policy. */
+  cluster: string;
+  /** KUBE-SVL-: endpoints for Local policy. */
+  local: string;
+  /** KUBE-EXT-: external traffic (node ports, external and load-balancer IPs). */
+  external: string;
+  /** KUBE-FW-: load-balancer source ranges. */
+  firewall: string;
+}
+
+/** Computes the KUBE-SVC/SVL/EXT/FW chain names of a service port. */
+export function serviceChainNames(service: ServicePortPlan): ServiceChainNames {
+  const base = hash16(servicePortName(service) + service.protocol.toLowerCase());
+  return {
+    cluster: `KUBE-SVC-${base}`,
+    local: `KUBE-SVL-${base}`,
+    external: `KUBE-EXT-${base}`,
+    firewall: `KUBE-FW-${base}`,
+  };
+}
+
+/** Computes the KUBE-SEP chain name of one endpoint of a service port. */
+export function endpointChainName(
+  service: ServicePortPlan,
+  endpoint: Pick<PlanEndpoint, "ip" | "port">,
+): string {
+  const text = servicePortName(service) + service.protocol.toLowerCase() +
+    endpointString(endpoint);
+  return `KUBE-SEP-${hash16(text)}`;
+}
+
+/** True for the names of per-service and per-endpoint chains (the ones kproxy creates and deletes). */
+export function isServiceChainName(name: string): boolean {
+  return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}$/.test(name);
+}

@@ -1,0 +1,193 @@
+/**
+ * The nftables proxy mode: renders Plans with `render.ts` and applies every
+ * family in ONE `nft -f -` call per sync. It keeps its own record of what the
+ * kernel holds (the last applied plans) and never reads the tables back on a
+ * sync; drift is checked on a tiny canary chain.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import type { Config } from "../../lib/config_types.ts";
+import { CommandError, describeCommand, type Executor, runChecked } from "../../lib/exec.ts";
+import type { IpFamily } from "../../lib/model.ts";
+import type { Plan } from "../../lib/plan.ts";
+import { setSysctls } from "../../lib/sysctl.ts";
+import {
+  CANARY_CHAIN,
+  DEFAULT_TABLE,
+  parseCanaryGeneration,
+  renderDeleteTable,
+  renderFull,
+  renderIncremental,
+  type RenderOptions,
+  tableRef,
+} from "./render.ts";
+import type { Transaction } from "./transaction.ts";
+
+export * from "./render.ts";
+export * from "./transaction.ts";
+
+const logger = getLogger(["kproxy", "nftables"]);
+
+/** Options for {@linkcode createNftablesBackend}. */
+export interface NftablesBackendOptions {
+  executor: Executor;
+  config: Config;
+  /** Families this backend programs; plans of other families are ignored. @default {["IPv4", "IPv6"]} */
+  families?: IpFamily[];
+  /** Table name in each family. @default {"kproxy"} */
+  table?: string;
+}
+
+/**
+ * Kernel parameters kube-proxy sets that kproxy has configuration for.
+ * Upstream also sets nf_conntrack_max and the TCP established / close-wait
+ * timeouts; kproxy has no configuration fields for them yet.
+ */
+export function conntrackSysctls(config: Config): Record<string, string> {
+  return config.conntrack.tcpBeLiberal ? { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" } : {};
+}
+
+/**
+ * Creates the nftables backend.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const backend = createNftablesBackend({ executor, config });
+ * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * ```
+ */
+export function createNftablesBackend(options: NftablesBackendOptions): Backend {
+  return new NftablesBackend(options);
+}
+
+class NftablesBackend implements Backend {
+  readonly mode = "nftables";
+  readonly #executor: Executor;
+  readonly #config: Config;
+  readonly #families: ReadonlySet<IpFamily>;
+  readonly #table: string;
+  /** What the kernel holds, per family: the last successfully applied plans. */
+  #applied = new Map<IpFamily, Plan>();
+  #needFull = true;
+  #generation = 0;
+  #sysctlsDone = false;
+
+  constructor(options: NftablesBackendOptions) {
+    this.#executor = options.executor;
+    this.#config = options.config;
+    this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
+    this.#table = options.table ?? DEFAULT_TABLE;
+  }
+
+  #renderOptions(generation: number): RenderOptions {
+    return {
+      table: this.#table,
+      masqueradeMark: 1 << this.#config.iptables.masqueradeBit,
+      generation,
+      dropInvalid: !this.#config.conntrack.tcpBeLiberal,
+    };
+  }
+
+  async sync(request: SyncRequest): Promise<SyncResult> {
+    if (!this.#sysctlsDone) {
+      await setSysctls(this.#executor, conntrackSysctls(this.#config));
+      this.#sysctlsDone = true;
+    }
+    const plans = request.plans.filter((plan) => this.#families.has(plan.family));
+    const generation = this.#generation + 1;
+    const options = this.#renderOptions(generation);
+    let full = request.full || this.#needFull;
+    let transactions: Transaction[] = [];
+    if (!full) {
+      for (const plan of plans) {
+        const previous = this.#applied.get(plan.family);
+        const tx = previous === undefined
+          ? undefined
+          : renderIncremental({ plan, previous, changed: request.changed }, options);
+        if (tx === undefined) {
+          full = true;
+          break;
+        }
+        transactions.push(tx);
+      }
+    }
+    if (full) transactions = plans.map((plan) => renderFull(plan, options));
+    const error = transactions.find((tx) => tx.error !== undefined)?.error;
+    if (error !== undefined) {
+      this.#needFull = true;
+      throw error;
+    }
+    const script = transactions.map(String).join("");
+    try {
+      if (script !== "") {
+        await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin: script });
+      }
+    } catch (cause) {
+      this.#needFull = true;
+      throw cause;
+    }
+    this.#generation = generation;
+    this.#needFull = false;
+    this.#applied = new Map(plans.map((plan) => [plan.family, plan]));
+    const lines = transactions.reduce((sum, tx) => sum + tx.length, 0);
+    const services = plans.reduce((sum, plan) => sum + plan.services.length, 0);
+    const summary = full
+      ? `${services} service ports, full, ${lines} operations`
+      : `${request.changed.size} changed service ports, ${lines} operations`;
+    logger.debug("Applied nftables {kind} sync: {summary}", {
+      kind: full ? "full" : "partial",
+      summary,
+    });
+    return { full, summary };
+  }
+
+  async checkDrift(): Promise<boolean> {
+    for (const family of this.#applied.keys()) {
+      const { family: nftFamily, table } = tableRef(family, this.#table);
+      const result = await this.#executor.run({
+        program: "nft",
+        args: ["list", "chain", nftFamily, table, CANARY_CHAIN],
+      });
+      const generation = result.code === 0 ? parseCanaryGeneration(result.stdout) : undefined;
+      if (generation !== this.#generation) {
+        logger.info(
+          "nftables table {family} {table} drifted: canary generation {found}, expected {expected}",
+          {
+            family: nftFamily,
+            table,
+            found: generation ?? "missing",
+            expected: this.#generation,
+          },
+        );
+        this.#needFull = true;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  async cleanup(): Promise<void> {
+    for (const family of ["IPv4", "IPv6"] as const) {
+      const command = {
+        program: "nft",
+        args: ["-f", "-"],
+        stdin: renderDeleteTable(family, this.#table).toString(),
+      };
+      const result = await this.#executor.run(command);
+      if (result.code !== 0 && !/No such file or directory/.test(result.stderr)) {
+        throw new CommandError(
+          command,
+          result,
+          `Cannot run "${
+            describeCommand(command)
+          }": exit status ${result.code}: ${result.stderr.trim()}`,
+        );
+      }
+    }
+    this.#applied.clear();
+    this.#needFull = true;
+  }
+}

@@ -1,0 +1,845 @@
+/**
+ * Renders a {@linkcode Plan} as nftables transactions. Pure: no I/O.
+ *
+ * Layout (see `.notes/nftables.md` for the measurements behind it):
+ *
+ * - One table per family, `ip kproxy` and `ip6 kproxy`, as upstream does with
+ *   `kube-proxy`: each table has plain single-family types (no `inet` family
+ *   casts), and a partial sync of one family never touches the other table.
+ * - Static skeleton: base chains for nat (dstnat/srcnat) and filter hooks,
+ *   helper chains, and global named sets and maps. Everything dynamic lives in
+ *   elements of those global maps, never in a set per service, because every
+ *   set bound to a rule makes each later load slower.
+ * - `services` dispatches `daddr . l4proto . dport` through ONE verdict map
+ *   (`service-ips`) and node ports through `service-nodeports`, restricted to
+ *   `@nodeport-ips` (never loopback).
+ * - Per service port a cluster chain `svc-…` and, when it has external
+ *   addresses, an external chain `ext-…`. Endpoint choice is inline: rule j
+ *   is `numgen random mod (E-j) 0 … dnat to ep_j`, which picks uniformly.
+ * - Hairpin masquerade is global: nat postrouting masquerades DNATed packets
+ *   whose `saddr . daddr` is in `@hairpin` (`ep . ep` for each endpoint IP),
+ *   instead of a rule per endpoint.
+ * - Source ranges: `@firewall-ips` (LB IP . proto . port) and an interval set
+ *   `@firewall-allow` (LB IP . proto . port . source CIDR), one rule.
+ * - Session affinity: one dynamic map per affinity service port (`aff-…`,
+ *   client address to endpoint `addr . port`), consulted with
+ *   `dnat to saddr map @aff-…` and filled by the rule that picked the endpoint.
+ *   When the service loses an endpoint the map is flushed.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { IpFamily } from "../../lib/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/plan.ts";
+import { canonicalIP, ipFamily, parseCIDR } from "../../lib/ip.ts";
+import { serviceObjectName } from "./names.ts";
+import {
+  Chain,
+  type ChainOptions,
+  Element,
+  type NftFamily,
+  NftSet,
+  Rule,
+  Table,
+  type TableRef,
+  Transaction,
+} from "./transaction.ts";
+
+const logger = getLogger(["kproxy", "nftables"]);
+
+/** Default table name in both families. */
+export const DEFAULT_TABLE = "kproxy";
+
+/** Default masquerade mark: bit 14, as kube-proxy. */
+export const DEFAULT_MASQUERADE_MARK = 0x4000;
+
+/** Name of the tiny chain whose rule comment carries the sync generation. */
+export const CANARY_CHAIN = "canary";
+
+/** Options shared by the render functions. */
+export interface RenderOptions {
+  /** @default {"kproxy"} */
+  table?: string;
+  /** Packet mark bit that asks nat postrouting to masquerade. @default {0x4000} */
+  masqueradeMark?: number;
+  /** Sync generation written to the canary chain. @default {0} */
+  generation?: number;
+  /**
+   * Drop forwarded packets conntrack marks INVALID, as upstream's iptables
+   * mode does unless `nf_conntrack_tcp_be_liberal` is set: an out-of-window
+   * packet would otherwise reach the pod un-DNATed and reset the connection.
+   * @default {true}
+   */
+  dropInvalid?: boolean;
+}
+
+/** Maps a plan family to its nftables family. */
+export function nftFamily(family: IpFamily): NftFamily {
+  return family === "IPv4" ? "ip" : "ip6";
+}
+
+/** The table a plan of `family` is rendered into. */
+export function tableRef(family: IpFamily, table = DEFAULT_TABLE): TableRef {
+  return { family: nftFamily(family), table };
+}
+
+interface Context {
+  family: IpFamily;
+  ipx: NftFamily;
+  addrType: string;
+  /** The masquerade mark in hex, e.g. `0x4000`. */
+  mark: string;
+  markSet: string;
+  /** Matches traffic from local pods, one alternative per rule. */
+  localMatches: string[];
+  /** Matches traffic NOT from local pods (all conditions in one rule), or undefined. */
+  nonLocalMatch?: string;
+}
+
+/** nftables objects owned by one service port. */
+export interface ServiceObjects {
+  chains: { chain: Chain; rules: string[] }[];
+  /** Affinity maps. */
+  sets: NftSet[];
+  /** Elements of the global maps and sets that only this service port owns. */
+  elements: Element[];
+  /** Entries of `@cluster-ips` (shared by all ports of a service). */
+  clusterIPs: string[];
+  /** Endpoint IPs, for `@hairpin`. */
+  endpointIPs: string[];
+  /** Affinity map name to endpoint keys (`ip:port`), to flush maps that lost an endpoint. */
+  affinityEndpoints: Map<string, string[]>;
+}
+
+function context(plan: Plan, options: RenderOptions): Context {
+  const ipx = nftFamily(plan.family);
+  const mark = options.masqueradeMark ?? DEFAULT_MASQUERADE_MARK;
+  if (!Number.isInteger(mark) || mark <= 0 || mark > 0xffffffff) {
+    throw new RangeError(`Cannot use masquerade mark "${mark}": not a 32-bit mark`);
+  }
+  const markSet = `meta mark set meta mark | 0x${mark.toString(16)}`;
+  const markHex = `0x${mark.toString(16)}`;
+  const detector = plan.localTraffic;
+  let localMatches: string[] = [];
+  let negatives: string[] = [];
+  switch (detector.mode) {
+    case "ClusterCIDR":
+    case "NodeCIDR": {
+      const cidrs = detector.cidrs.map((text) => {
+        const cidr = parseCIDR(text);
+        if (cidr === undefined || cidr.family !== plan.family) {
+          throw new TypeError(
+            `Cannot render local traffic CIDR "${text}": not an ${plan.family} CIDR`,
+          );
+        }
+        return cidr.cidr;
+      });
+      localMatches = cidrs.map((cidr) => `${ipx} saddr ${cidr}`);
+      negatives = cidrs.map((cidr) => `${ipx} saddr != ${cidr}`);
+      break;
+    }
+    case "BridgeInterface":
+    case "InterfaceNamePrefix": {
+      const wildcard = detector.mode === "InterfaceNamePrefix" ? "*" : "";
+      const names = detector.interfaces.map((name) => {
+        if (!/^[a-zA-Z0-9_.@:-]{1,15}$/.test(name)) {
+          throw new TypeError(`Cannot render interface name "${name}": not an interface name`);
+        }
+        return `"${name}${wildcard}"`;
+      });
+      localMatches = names.map((name) => `iifname ${name}`);
+      negatives = names.map((name) => `iifname != ${name}`);
+      break;
+    }
+    case "None":
+      break;
+  }
+  return {
+    family: plan.family,
+    ipx,
+    addrType: plan.family === "IPv4" ? "ipv4_addr" : "ipv6_addr",
+    mark: markHex,
+    markSet,
+    localMatches,
+    nonLocalMatch: negatives.length > 0 ? negatives.join(" ") : undefined,
+  };
+}
+
+const IPV4 =
+  /^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$/;
+
+function address(ctx: Context, text: string): string {
+  if (ctx.family === "IPv4" && IPV4.test(text)) return text;
+  const ip = canonicalIP(text);
+  if (ip === undefined || ipFamily(ip) !== ctx.family) {
+    throw new TypeError(`Cannot render address "${text}": not an ${ctx.family} address`);
+  }
+  return ip;
+}
+
+function port(value: number, what: string): string {
+  if (!Number.isInteger(value) || value < 1 || value > 65535) {
+    throw new RangeError(`Cannot render ${what} "${value}": not a port number`);
+  }
+  return String(value);
+}
+
+function dnatTarget(ctx: Context, endpoint: PlanEndpoint): string {
+  const ip = address(ctx, endpoint.ip);
+  const p = port(endpoint.port, "endpoint port");
+  return ctx.family === "IPv4" ? `${ip}:${p}` : `[${ip}]:${p}`;
+}
+
+function endpointKey(endpoint: PlanEndpoint): string {
+  return `${endpoint.ip}:${endpoint.port}`;
+}
+
+function sameEndpoints(a: TrafficPlan, b: TrafficPlan): boolean {
+  return a.endpoints.length === b.endpoints.length &&
+    a.endpoints.every((endpoint, i) => endpointKey(endpoint) === endpointKey(b.endpoints[i]!));
+}
+
+/** An affinity map and, when every endpoint has the same port, that port (the map then holds addresses only). */
+interface Affinity {
+  map: string;
+  port?: string;
+}
+
+function endpointRules(
+  ctx: Context,
+  service: ServicePortPlan,
+  endpoints: PlanEndpoint[],
+  affinity: Affinity | undefined,
+): string[] {
+  const proto = service.protocol.toLowerCase();
+  const rules: string[] = [];
+  if (affinity !== undefined) {
+    const portSuffix = affinity.port === undefined ? "" : ` : ${affinity.port}`;
+    rules.push(
+      `meta l4proto ${proto} dnat ${ctx.ipx} to ${ctx.ipx} saddr map @${affinity.map}${portSuffix}`,
+    );
+  }
+  endpoints.forEach((endpoint, j) => {
+    const remaining = endpoints.length - j;
+    const parts: string[] = [];
+    if (remaining > 1) parts.push(`numgen random mod ${remaining} 0`);
+    if (affinity !== undefined) {
+      const ip = address(ctx, endpoint.ip);
+      const data = affinity.port === undefined
+        ? `${ip} . ${port(endpoint.port, "endpoint port")}`
+        : ip;
+      parts.push(`update @${affinity.map} { ${ctx.ipx} saddr : ${data} }`);
+    }
+    parts.push(`meta l4proto ${proto} dnat to ${dnatTarget(ctx, endpoint)}`);
+    rules.push(parts.join(" "));
+  });
+  return rules;
+}
+
+function verdictWhenEmpty(traffic: TrafficPlan): string {
+  return traffic.whenEmpty === "reject" ? "goto reject-chain" : "drop";
+}
+
+/**
+ * Builds the objects of one service port. Pure and independent of every other
+ * service port, which is what makes partial syncs cheap.
+ *
+ * @throws {TypeError} when an address in the service port is not of the plan's family
+ */
+export function serviceObjects(
+  plan: Plan,
+  service: ServicePortPlan,
+  options: RenderOptions = {},
+): ServiceObjects {
+  return buildServiceObjects(context(plan, options), service);
+}
+
+function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObjects {
+  const proto = service.protocol.toLowerCase();
+  if (!/^(tcp|udp|sctp)$/.test(proto)) {
+    throw new TypeError(`Cannot render protocol "${service.protocol}"`);
+  }
+  const servicePort = port(service.port, "service port");
+  const svcChain = serviceObjectName("svc", service);
+  const extChain = serviceObjectName("ext", service);
+  const { internal, external } = service;
+  const affinity = service.affinityTimeoutSeconds;
+  const sets: NftSet[] = [];
+  const affinityEndpoints = new Map<string, string[]>();
+  const affinityMap = (name: string, traffic: TrafficPlan): Affinity | undefined => {
+    if (affinity <= 0 || traffic.endpoints.length === 0) return undefined;
+    const ports = new Set(traffic.endpoints.map((e) => port(e.port, "endpoint port")));
+    const single = ports.size === 1 ? [...ports][0] : undefined;
+    if (single === undefined && ctx.family === "IPv6") {
+      // nft 1.0.6 aborts on `update @m { ip6 saddr : addr . port }`.
+      logger.warn("Skipping session affinity of {id}: IPv6 endpoints with different ports", {
+        id: service.id,
+      });
+      return undefined;
+    }
+    if (!affinityEndpoints.has(name)) {
+      sets.push(
+        new NftSet({
+          name,
+          type: ctx.addrType,
+          dataType: single === undefined ? `${ctx.addrType} . inet_service` : ctx.addrType,
+          flags: ["dynamic", "timeout"],
+          timeoutSeconds: affinity,
+        }),
+      );
+      affinityEndpoints.set(name, traffic.endpoints.map(endpointKey));
+    }
+    return { map: name, port: single };
+  };
+
+  const svcRules: string[] = [];
+  if (service.clusterIPMasquerade === "all") {
+    svcRules.push(ctx.markSet);
+  } else if (service.clusterIPMasquerade === "non-local" && ctx.nonLocalMatch !== undefined) {
+    svcRules.push(`${ctx.nonLocalMatch} ${ctx.markSet}`);
+  }
+  svcRules.push(
+    ...endpointRules(
+      ctx,
+      service,
+      internal.endpoints,
+      affinityMap(serviceObjectName("aff", service), internal),
+    ),
+  );
+  const chains = [{ chain: new Chain({ name: svcChain }), rules: svcRules }];
+
+  const externalAddresses = [...service.externalIPs, ...service.loadBalancerIPs].map((ip) =>
+    address(ctx, ip)
+  );
+  const hasExternal = externalAddresses.length > 0 || service.nodePort > 0;
+  if (hasExternal) {
+    const same = sameEndpoints(internal, external);
+    const extMapName = serviceObjectName(same ? "aff" : "affx", service);
+    const extRules: string[] = [];
+    if (service.externalLocal) {
+      for (const match of ctx.localMatches) extRules.push(`${match} goto ${svcChain}`);
+      extRules.push(`fib saddr type local ${ctx.markSet} goto ${svcChain}`);
+      extRules.push(
+        ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapName, external)),
+      );
+    } else {
+      extRules.push(ctx.markSet);
+      if (same) {
+        extRules.push(`goto ${svcChain}`);
+      } else {
+        extRules.push(
+          ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapName, external)),
+        );
+      }
+    }
+    chains.push({ chain: new Chain({ name: extChain }), rules: extRules });
+  }
+
+  const elements: Element[] = [];
+  const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
+  for (const ip of clusterIPs) {
+    elements.push(
+      internal.endpoints.length > 0
+        ? new Element({
+          set: "service-ips",
+          key: [ip, proto, servicePort],
+          value: `goto ${svcChain}`,
+        })
+        : new Element({
+          set: "no-endpoint-services",
+          key: [ip, proto, servicePort],
+          value: verdictWhenEmpty(internal),
+        }),
+    );
+  }
+  const dispatchExternal = external.endpoints.length > 0 || service.externalLocal;
+  for (const ip of externalAddresses) {
+    if (dispatchExternal) {
+      elements.push(
+        new Element({
+          set: "service-ips",
+          key: [ip, proto, servicePort],
+          value: `goto ${extChain}`,
+        }),
+      );
+    }
+    if (external.endpoints.length === 0) {
+      elements.push(
+        new Element({
+          set: "no-endpoint-services",
+          key: [ip, proto, servicePort],
+          value: verdictWhenEmpty(external),
+        }),
+      );
+    }
+  }
+  if (service.nodePort > 0) {
+    const nodePort = port(service.nodePort, "node port");
+    if (dispatchExternal) {
+      elements.push(
+        new Element({
+          set: "service-nodeports",
+          key: [proto, nodePort],
+          value: `goto ${extChain}`,
+        }),
+      );
+    }
+    if (external.endpoints.length === 0) {
+      elements.push(
+        new Element({
+          set: "no-endpoint-nodeports",
+          key: [proto, nodePort],
+          value: verdictWhenEmpty(external),
+        }),
+      );
+    }
+  }
+  if (service.sourceRanges.length > 0) {
+    const ranges = service.sourceRanges.map((text) => {
+      const cidr = parseCIDR(text);
+      if (cidr === undefined || cidr.family !== ctx.family) {
+        throw new TypeError(`Cannot render source range "${text}": not an ${ctx.family} CIDR`);
+      }
+      return cidr.cidr;
+    });
+    for (const lbIP of service.loadBalancerIPs.map((ip) => address(ctx, ip))) {
+      elements.push(new Element({ set: "firewall-ips", key: [lbIP, proto, servicePort] }));
+      for (const range of ranges) {
+        elements.push(
+          new Element({ set: "firewall-allow", key: [lbIP, proto, servicePort, range] }),
+        );
+      }
+    }
+  }
+  const endpointIPs = [
+    ...new Set([...internal.endpoints, ...external.endpoints].map((e) => address(ctx, e.ip))),
+  ];
+  return { chains, sets, elements, clusterIPs, endpointIPs, affinityEndpoints };
+}
+
+interface BaseChain extends ChainOptions {
+  rules: string[];
+}
+
+function skeleton(ctx: Context, dropInvalid: boolean): { sets: NftSet[]; chains: BaseChain[] } {
+  const { ipx, addrType } = ctx;
+  const tuple = `${addrType} . inet_proto . inet_service`;
+  const sets = [
+    new NftSet({
+      name: "service-ips",
+      type: tuple,
+      dataType: "verdict",
+      comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+    }),
+    new NftSet({
+      name: "service-nodeports",
+      type: "inet_proto . inet_service",
+      dataType: "verdict",
+      comment: "NodePort traffic",
+    }),
+    new NftSet({
+      name: "no-endpoint-services",
+      type: tuple,
+      dataType: "verdict",
+      comment: "drop or reject traffic to services with no endpoints",
+    }),
+    new NftSet({
+      name: "no-endpoint-nodeports",
+      type: "inet_proto . inet_service",
+      dataType: "verdict",
+      comment: "drop or reject traffic to node ports with no endpoints",
+    }),
+    new NftSet({
+      name: "nodeport-ips",
+      type: addrType,
+      flags: ["interval"],
+      comment: "addresses that accept node port traffic",
+    }),
+    new NftSet({ name: "cluster-ips", type: addrType, comment: "active cluster IPs" }),
+    new NftSet({
+      name: "service-cidrs",
+      type: addrType,
+      flags: ["interval"],
+      comment: "service CIDRs",
+    }),
+    new NftSet({
+      name: "firewall-ips",
+      type: tuple,
+      comment: "destinations subject to loadBalancerSourceRanges",
+    }),
+    new NftSet({
+      name: "firewall-allow",
+      type: `${tuple} . ${addrType}`,
+      flags: ["interval"],
+      comment: "allowed sources per firewalled destination",
+    }),
+    new NftSet({
+      name: "hairpin",
+      type: `${addrType} . ${addrType}`,
+      comment: "endpoint . endpoint: DNATed back to its own source",
+    }),
+  ];
+  const ctNew = "ct state new";
+  const chains: BaseChain[] = [
+    {
+      name: "filter-prerouting-pre-dnat",
+      type: "filter",
+      hook: "prerouting",
+      priority: -110,
+      rules: [`${ctNew} jump firewall-check`],
+    },
+    {
+      name: "filter-output-pre-dnat",
+      type: "filter",
+      hook: "output",
+      priority: -110,
+      rules: [`${ctNew} jump firewall-check`],
+    },
+    {
+      name: "filter-forward",
+      type: "filter",
+      hook: "forward",
+      priority: 0,
+      rules: [
+        ...(dropInvalid ? ["ct state invalid drop"] : []),
+        `${ctNew} jump service-endpoints-check`,
+        `${ctNew} jump cluster-ips-check`,
+      ],
+    },
+    {
+      name: "filter-input",
+      type: "filter",
+      hook: "input",
+      priority: 0,
+      rules: [`${ctNew} jump nodeport-endpoints-check`, `${ctNew} jump service-endpoints-check`],
+    },
+    {
+      name: "filter-output",
+      type: "filter",
+      hook: "output",
+      priority: 0,
+      rules: [`${ctNew} jump service-endpoints-check`, `${ctNew} jump cluster-ips-check`],
+    },
+    {
+      name: "nat-prerouting",
+      type: "nat",
+      hook: "prerouting",
+      priority: -100,
+      rules: ["jump services"],
+    },
+    { name: "nat-output", type: "nat", hook: "output", priority: -100, rules: ["jump services"] },
+    {
+      name: "nat-postrouting",
+      type: "nat",
+      hook: "postrouting",
+      priority: 100,
+      rules: ["jump masquerading"],
+    },
+    {
+      name: "firewall-check",
+      rules: [
+        `${ipx} daddr . meta l4proto . th dport @firewall-ips ${ipx} daddr . meta l4proto . th dport . ${ipx} saddr != @firewall-allow drop`,
+      ],
+    },
+    {
+      name: "service-endpoints-check",
+      rules: [`${ipx} daddr . meta l4proto . th dport vmap @no-endpoint-services`],
+    },
+    {
+      name: "nodeport-endpoints-check",
+      rules: [`${ipx} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports`],
+    },
+    // Upstream drops unallocated addresses; kproxy's Plan contract says reject.
+    {
+      name: "cluster-ips-check",
+      rules: [`${ipx} daddr @cluster-ips reject`, `${ipx} daddr @service-cidrs reject`],
+    },
+    { name: "reject-chain", rules: ["reject"] },
+    {
+      name: "services",
+      rules: [
+        `${ipx} daddr . meta l4proto . th dport vmap @service-ips`,
+        `${ipx} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports`,
+      ],
+    },
+    {
+      name: "masquerading",
+      rules: [
+        `ct status dnat ${ipx} saddr . ${ipx} daddr @hairpin masquerade fully-random`,
+        `meta mark & ${ctx.mark} == 0 return`,
+        `meta mark set meta mark ^ ${ctx.mark}`,
+        "masquerade fully-random",
+      ],
+    },
+  ];
+  return { sets, chains };
+}
+
+function canary(tx: Transaction, generation: number, fresh: boolean): void {
+  const chain = new Chain({ name: CANARY_CHAIN });
+  if (fresh) tx.add(chain);
+  else tx.flush(chain);
+  tx.add(
+    new Rule({ chain: CANARY_CHAIN, rule: `counter comment "kproxy generation ${generation}"` }),
+  );
+}
+
+/** Parses the generation out of `nft list chain … canary` output, or undefined. */
+export function parseCanaryGeneration(listing: string): number | undefined {
+  const match = listing.match(/"kproxy generation (\d+)"/);
+  return match === null ? undefined : Number(match[1]);
+}
+
+function addressElements(ctx: Context, set: string, values: string[]): Element[] {
+  return values.map((text) => {
+    const cidr = parseCIDR(
+      text.includes("/") ? text : `${text}/${ctx.family === "IPv4" ? 32 : 128}`,
+    );
+    if (cidr === undefined || cidr.family !== ctx.family) {
+      throw new TypeError(
+        `Cannot render "${text}" in ${set}: not an ${ctx.family} address or CIDR`,
+      );
+    }
+    return new Element({ set, key: [cidr.cidr] });
+  });
+}
+
+function addService(tx: Transaction, objects: ServiceObjects): void {
+  for (const set of objects.sets) tx.add(set);
+  for (const { chain, rules } of objects.chains) {
+    tx.add(chain);
+    for (const rule of rules) tx.add(new Rule({ chain: chain.name, rule }));
+  }
+}
+
+/** Builds a service port's objects, or logs and skips a service port that cannot be rendered. */
+function tryServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObjects | undefined {
+  try {
+    return buildServiceObjects(ctx, service);
+  } catch (error) {
+    if (!(error instanceof TypeError || error instanceof RangeError)) throw error;
+    logger.warn("Skipping service port {id}: {reason}", { id: service.id, reason: error.message });
+    return undefined;
+  }
+}
+
+/**
+ * Renders the whole table for one plan: `add table`, `delete table` and a
+ * rebuild, which replaces any earlier table atomically in one `nft -f`.
+ */
+export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
+  const ctx = context(plan, options);
+  const tx = new Transaction(tableRef(plan.family, options.table));
+  tx.add(new Table());
+  tx.delete(new Table());
+  tx.add(new Table({ comment: "rules for kproxy" }));
+  const { sets, chains } = skeleton(ctx, options.dropInvalid ?? true);
+  for (const set of sets) tx.add(set);
+  for (const { rules, ...chain } of chains) tx.add(new Chain(chain));
+  for (const { name, rules } of chains) {
+    for (const rule of rules) tx.add(new Rule({ chain: name, rule }));
+  }
+  canary(tx, options.generation ?? 0, true);
+  for (const element of addressElements(ctx, "nodeport-ips", plan.nodePortAddresses)) {
+    tx.add(element);
+  }
+  for (const element of addressElements(ctx, "service-cidrs", plan.serviceCIDRs)) tx.add(element);
+
+  const seen = new Set<string>();
+  const elements = new Map<string, Element[]>();
+  const addOnce = (element: Element) => {
+    const key = `${element.options.set} ${element.keyText}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    const list = elements.get(element.options.set);
+    if (list === undefined) elements.set(element.options.set, [element]);
+    else list.push(element);
+  };
+  for (const service of plan.services) {
+    const objects = tryServiceObjects(ctx, service);
+    if (objects === undefined) continue;
+    addService(tx, objects);
+    for (const element of objects.elements) addOnce(element);
+    for (const ip of objects.clusterIPs) addOnce(new Element({ set: "cluster-ips", key: [ip] }));
+    for (const ip of objects.endpointIPs) addOnce(new Element({ set: "hairpin", key: [ip, ip] }));
+  }
+  // Grouped per set, so the transaction writes many elements per line.
+  for (const list of elements.values()) {
+    for (const element of list) tx.add(element);
+  }
+  return tx;
+}
+
+/** What {@linkcode renderIncremental} needs. */
+export interface IncrementalInput {
+  plan: Plan;
+  /** The plan the kernel holds now (last applied). */
+  previous: Plan;
+  /** Ids of service ports that may differ between `previous` and `plan`. */
+  changed: ReadonlySet<string>;
+}
+
+function indexById(plan: Plan, ids: ReadonlySet<string>): Map<string, ServicePortPlan> {
+  const found = new Map<string, ServicePortPlan>();
+  for (const service of plan.services) {
+    if (ids.has(service.id)) found.set(service.id, service);
+  }
+  return found;
+}
+
+function elementId(element: Element): string {
+  return `${element.options.set} ${element.keyText}`;
+}
+
+function sameSet(a: NftSet, b: NftSet): boolean {
+  return JSON.stringify(a.options) === JSON.stringify(b.options);
+}
+
+/**
+ * Renders only what changed: the chains, affinity maps and map elements of
+ * the service ports in `changed`, plus the plan-wide address sets. Cost
+ * follows the number of changed service ports.
+ *
+ * @returns the transaction, or undefined when the change needs a full render
+ *   (another family or another local-traffic detector)
+ */
+export function renderIncremental(
+  input: IncrementalInput,
+  options: RenderOptions = {},
+): Transaction | undefined {
+  const { plan, previous, changed } = input;
+  if (plan.family !== previous.family) return undefined;
+  if (JSON.stringify(plan.localTraffic) !== JSON.stringify(previous.localTraffic)) return undefined;
+  const ctx = context(plan, options);
+  const tx = new Transaction(tableRef(plan.family, options.table));
+  const before = indexById(previous, changed);
+  const after = indexById(plan, changed);
+
+  const oldObjects = [...before.values()].flatMap((service) =>
+    tryServiceObjects(ctx, service) ?? []
+  );
+  const newObjects = new Map<string, ServiceObjects>();
+  for (const [id, service] of after) {
+    const objects = tryServiceObjects(ctx, service);
+    if (objects !== undefined) newObjects.set(id, objects);
+  }
+
+  const oldChains = new Set(oldObjects.flatMap((o) => o.chains.map((c) => c.chain.name)));
+  const newChains = new Set(
+    [...newObjects.values()].flatMap((o) => o.chains.map((c) => c.chain.name)),
+  );
+  const oldSets = new Map(
+    oldObjects.flatMap((o) => o.sets.map((s) => [s.options.name, s] as const)),
+  );
+  const newSets = new Map(
+    [...newObjects.values()].flatMap((o) => o.sets.map((s) => [s.options.name, s] as const)),
+  );
+  const oldElements = new Map(
+    oldObjects.flatMap((o) => o.elements.map((e) => [elementId(e), e] as const)),
+  );
+  const newElements = new Map(
+    [...newObjects.values()].flatMap((o) => o.elements.map((e) => [elementId(e), e] as const)),
+  );
+
+  // 1. Drop every rule of the changed service ports, so nothing references
+  //    chains, maps and elements about to go.
+  for (const name of oldChains) tx.flush(new Chain({ name }));
+  // 2. Elements that went away or changed value.
+  for (const [id, element] of oldElements) {
+    const next = newElements.get(id);
+    if (next === undefined || next.options.value !== element.options.value) tx.delete(element);
+  }
+  // 3. Chains and affinity maps that went away or changed definition.
+  for (const name of oldChains) {
+    if (!newChains.has(name)) tx.delete(new Chain({ name }));
+  }
+  for (const [name, set] of oldSets) {
+    const next = newSets.get(name);
+    if (next === undefined || !sameSet(set, next)) tx.delete(set);
+  }
+  // Affinity entries may point at an endpoint that is gone: forget them all.
+  const oldAffinity = new Map(oldObjects.flatMap((o) => [...o.affinityEndpoints]));
+  for (const objects of newObjects.values()) {
+    for (const [name, endpoints] of objects.affinityEndpoints) {
+      const was = oldAffinity.get(name);
+      const set = newSets.get(name)!;
+      const old = oldSets.get(name);
+      if (was !== undefined && old !== undefined && sameSet(old, set)) {
+        const kept = new Set(endpoints);
+        if (was.some((endpoint) => !kept.has(endpoint))) tx.flush(set);
+      }
+    }
+  }
+  // 4. New and rewritten objects.
+  for (const objects of newObjects.values()) {
+    for (const set of objects.sets) {
+      const old = oldSets.get(set.options.name);
+      if (old !== undefined && sameSet(old, set)) continue;
+      tx.add(set);
+    }
+    for (const { chain, rules } of objects.chains) {
+      tx.add(chain);
+      for (const rule of rules) tx.add(new Rule({ chain: chain.name, rule }));
+    }
+  }
+  for (const [id, element] of newElements) {
+    const old = oldElements.get(id);
+    if (old === undefined || old.options.value !== element.options.value) tx.add(element);
+  }
+
+  // 5. Shared sets: cluster IPs may be shared with sibling ports of the same service.
+  const oldClusterIPs = new Set(oldObjects.flatMap((o) => o.clusterIPs));
+  const newClusterIPs = new Set([...newObjects.values()].flatMap((o) => o.clusterIPs));
+  const gone = [...oldClusterIPs].filter((ip) => !newClusterIPs.has(ip));
+  if (gone.length > 0) {
+    const stillUsed = new Set<string>();
+    const owners = new Set([...before.values()].map((s) => `${s.namespace}/${s.name}`));
+    for (const service of plan.services) {
+      if (!changed.has(service.id) && owners.has(`${service.namespace}/${service.name}`)) {
+        for (const ip of service.clusterIPs) stillUsed.add(canonicalIP(ip) ?? ip);
+      }
+    }
+    for (const ip of gone) {
+      if (!stillUsed.has(ip)) tx.delete(new Element({ set: "cluster-ips", key: [ip] }));
+    }
+  }
+  for (const ip of newClusterIPs) {
+    if (!oldClusterIPs.has(ip)) tx.add(new Element({ set: "cluster-ips", key: [ip] }));
+  }
+  // Hairpin entries are only added here: a stale `ip . ip` entry only ever
+  // matches a DNATed packet sent back to its own source, which is a hairpin
+  // anyway. Full syncs rebuild the set.
+  const oldEndpointIPs = new Set(oldObjects.flatMap((o) => o.endpointIPs));
+  for (const objects of newObjects.values()) {
+    for (const ip of objects.endpointIPs) {
+      if (!oldEndpointIPs.has(ip)) tx.add(new Element({ set: "hairpin", key: [ip, ip] }));
+    }
+  }
+
+  // 6. Plan-wide address sets.
+  diffAddressSet(tx, ctx, "nodeport-ips", previous.nodePortAddresses, plan.nodePortAddresses);
+  diffAddressSet(tx, ctx, "service-cidrs", previous.serviceCIDRs, plan.serviceCIDRs);
+  canary(tx, options.generation ?? 0, false);
+  return tx;
+}
+
+function diffAddressSet(
+  tx: Transaction,
+  ctx: Context,
+  set: string,
+  before: string[],
+  after: string[],
+): void {
+  const old = new Map(addressElements(ctx, set, before).map((e) => [e.keyText, e]));
+  const next = new Map(addressElements(ctx, set, after).map((e) => [e.keyText, e]));
+  for (const [key, element] of old) if (!next.has(key)) tx.delete(element);
+  for (const [key, element] of next) if (!old.has(key)) tx.add(element);
+}
+
+/** Renders `delete table` for a family (for cleanup). */
+export function renderDeleteTable(family: IpFamily, table = DEFAULT_TABLE): Transaction {
+  const tx = new Transaction(tableRef(family, table));
+  tx.delete(new Table());
+  return tx;
+}

@@ -1,0 +1,312 @@
+/**
+ * knftables-style nftables script builder: typed objects (table, chain, rule,
+ * set, map, element) queued with `add`, `flush` and `delete` verbs. Every verb
+ * validates its object and keeps the first error; `toString()` is the exact
+ * `nft -f` input, plus a `# ERROR:` line while an error is pending.
+ *
+ * @module
+ */
+
+/** An nftables address family this project programs. */
+export type NftFamily = "ip" | "ip6";
+
+/** A transaction verb. */
+export type Verb = "add" | "flush" | "delete";
+
+/** Where an object lives: one table of one family. */
+export interface TableRef {
+  family: NftFamily;
+  table: string;
+}
+
+/** One queued nftables object. */
+export interface NftObject {
+  /** Returns why the object cannot be used with `verb`, or undefined when it can. */
+  validate(verb: Verb): string | undefined;
+  /** Writes the script line for `verb`. */
+  write(verb: Verb, where: TableRef): string;
+}
+
+const NAME = /^[a-zA-Z_][a-zA-Z0-9_./-]*$/;
+const NAME_MAX = 256;
+const COMMENT_MAX = 128;
+const KEY_PART = /^[a-zA-Z0-9_.:\/-]+$/;
+
+function checkName(kind: string, name: string): string | undefined {
+  if (name.length > NAME_MAX || !NAME.test(name)) {
+    return `Cannot use ${kind} name "${name}": not an nftables identifier`;
+  }
+  return undefined;
+}
+
+function checkComment(comment: string | undefined): string | undefined {
+  if (comment === undefined) return undefined;
+  if (comment.length > COMMENT_MAX || /["\\\n\r]/.test(comment)) {
+    return `Cannot use comment "${comment}": quotes, backslashes, newlines or over ${COMMENT_MAX} characters`;
+  }
+  return undefined;
+}
+
+function checkText(kind: string, text: string): string | undefined {
+  if (text.length === 0 || /[\n\r;#]/.test(text)) {
+    return `Cannot use ${kind} "${text}": empty or contains a newline, ";" or "#"`;
+  }
+  return undefined;
+}
+
+function quoted(comment: string | undefined): string {
+  return comment === undefined ? "" : ` comment "${comment}"`;
+}
+
+/** The table itself. */
+export class Table implements NftObject {
+  constructor(readonly options: { comment?: string } = {}) {}
+
+  validate(verb: Verb): string | undefined {
+    if (verb === "flush") return "Cannot flush a table here: use delete and add";
+    return checkComment(this.options.comment);
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    const comment = verb === "add" && this.options.comment !== undefined
+      ? ` { comment "${this.options.comment}" ; }`
+      : "";
+    return `${verb} table ${where.family} ${where.table}${comment}`;
+  }
+}
+
+/** Hook of a base chain. */
+export type Hook = "prerouting" | "input" | "forward" | "output" | "postrouting";
+
+/** A chain; base chains have a type, hook and priority. */
+export interface ChainOptions {
+  name: string;
+  type?: "filter" | "nat";
+  hook?: Hook;
+  priority?: number;
+  comment?: string;
+}
+
+/** A regular or base chain. */
+export class Chain implements NftObject {
+  constructor(readonly options: ChainOptions) {}
+
+  get name(): string {
+    return this.options.name;
+  }
+
+  validate(verb: Verb): string | undefined {
+    const { name, type, hook, priority, comment } = this.options;
+    const base = [type, hook, priority].filter((v) => v !== undefined).length;
+    if (base !== 0 && base !== 3) {
+      return `Cannot define chain "${name}": type, hook and priority go together`;
+    }
+    if (base === 3 && verb !== "add") {
+      return undefined;
+    }
+    return checkName("chain", name) ?? checkComment(comment);
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    const { name, type, hook, priority, comment } = this.options;
+    const head = `${verb} chain ${where.family} ${where.table} ${name}`;
+    if (verb !== "add") return head;
+    const parts: string[] = [];
+    if (type !== undefined) parts.push(`type ${type} hook ${hook} priority ${priority} ;`);
+    if (comment !== undefined) parts.push(`comment "${comment}" ;`);
+    return parts.length === 0 ? head : `${head} { ${parts.join(" ")} }`;
+  }
+}
+
+/** A rule appended to a chain; only `add` is supported (flush the chain to replace rules). */
+export class Rule implements NftObject {
+  constructor(readonly options: { chain: string; rule: string; comment?: string }) {}
+
+  validate(verb: Verb): string | undefined {
+    if (verb !== "add") return `Cannot ${verb} a rule: flush its chain instead`;
+    return checkName("chain", this.options.chain) ?? checkText("rule", this.options.rule) ??
+      checkComment(this.options.comment);
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    const { chain, rule, comment } = this.options;
+    return `${verb} rule ${where.family} ${where.table} ${chain} ${rule}${quoted(comment)}`;
+  }
+}
+
+/** A named set or map. */
+export interface SetOptions {
+  name: string;
+  /** Key type, e.g. `ipv4_addr . inet_proto . inet_service`. */
+  type: string;
+  /** Data type for maps, e.g. `verdict`; absent for sets. */
+  dataType?: string;
+  flags?: ("interval" | "dynamic" | "timeout")[];
+  /** Default element timeout in seconds. */
+  timeoutSeconds?: number;
+  size?: number;
+  comment?: string;
+}
+
+/** A named set (no data type) or map (with one). */
+export class NftSet implements NftObject {
+  constructor(readonly options: SetOptions) {}
+
+  get kind(): "set" | "map" {
+    return this.options.dataType === undefined ? "set" : "map";
+  }
+
+  validate(_verb: Verb): string | undefined {
+    const { name, type, dataType, comment, timeoutSeconds, size } = this.options;
+    if (timeoutSeconds !== undefined && !(Number.isInteger(timeoutSeconds) && timeoutSeconds > 0)) {
+      return `Cannot use timeout "${timeoutSeconds}" for set "${name}": not a positive integer`;
+    }
+    if (size !== undefined && !(Number.isInteger(size) && size > 0)) {
+      return `Cannot use size "${size}" for set "${name}": not a positive integer`;
+    }
+    return checkName(this.kind, name) ?? checkText("type", type) ??
+      (dataType === undefined ? undefined : checkText("data type", dataType)) ??
+      checkComment(comment);
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    const { name, type, dataType, flags, timeoutSeconds, size, comment } = this.options;
+    const head = `${verb} ${this.kind} ${where.family} ${where.table} ${name}`;
+    if (verb !== "add") return head;
+    const parts = [`type ${type}${dataType === undefined ? "" : ` : ${dataType}`} ;`];
+    if (flags !== undefined && flags.length > 0) parts.push(`flags ${flags.join(",")} ;`);
+    if (timeoutSeconds !== undefined) parts.push(`timeout ${timeoutSeconds}s ;`);
+    if (size !== undefined) parts.push(`size ${size} ;`);
+    if (comment !== undefined) parts.push(`comment "${comment}" ;`);
+    return `${head} { ${parts.join(" ")} }`;
+  }
+}
+
+/** One element of a set or map: key fields joined with " . ", and a value for maps. */
+export class Element implements NftObject {
+  constructor(readonly options: { set: string; key: string[]; value?: string; comment?: string }) {}
+
+  /** The key as written, e.g. `10.0.0.1 . tcp . 80`. */
+  get keyText(): string {
+    return this.options.key.join(" . ");
+  }
+
+  validate(verb: Verb): string | undefined {
+    if (verb === "flush") return "Cannot flush an element";
+    const { set, key, value, comment } = this.options;
+    if (key.length === 0) return `Cannot add an element without a key to "${set}"`;
+    const bad = key.find((part) => !KEY_PART.test(part));
+    if (bad !== undefined) {
+      return `Cannot use element key "${bad}" in "${set}": not an address, number or name`;
+    }
+    return checkName("set", set) ??
+      (value === undefined ? undefined : checkText("element value", value)) ??
+      checkComment(comment);
+  }
+
+  /** The text inside the braces, e.g. `10.0.0.1 . tcp . 80 : goto svc`. */
+  item(verb: Verb): string {
+    const { value, comment } = this.options;
+    const data = verb === "add" && value !== undefined ? ` : ${value}` : "";
+    const note = verb === "add" ? quoted(comment) : "";
+    return `${this.keyText}${note}${data}`;
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    return `${verb} element ${where.family} ${where.table} ${this.options.set} { ${
+      this.item(verb)
+    } }`;
+  }
+}
+
+/** Most elements written in one `add element` / `delete element` line. */
+export const ELEMENTS_PER_LINE = 1000;
+
+/**
+ * An ordered list of operations on one table. Verbs always succeed; the first
+ * validation error is kept, reported by {@linkcode Transaction.error} and
+ * written as a trailing `# ERROR:` line so the script cannot be mistaken for
+ * a valid one.
+ */
+export class Transaction {
+  readonly #where: TableRef;
+  readonly #lines: string[] = [];
+  #ops = 0;
+  /** The last line when it is an element line that more elements may join. */
+  #open?: { verb: Verb; set: string; count: number };
+  #error?: TypeError;
+
+  constructor(where: TableRef) {
+    this.#where = where;
+  }
+
+  /** The table this transaction edits. */
+  get where(): TableRef {
+    return this.#where;
+  }
+
+  /** The first validation error, if any. */
+  get error(): TypeError | undefined {
+    return this.#error;
+  }
+
+  /** Number of queued operations (each element counts as one). */
+  get length(): number {
+    return this.#ops;
+  }
+
+  /** Queues `add` of an object. */
+  add(object: NftObject): void {
+    this.#queue("add", object);
+  }
+
+  /** Queues `flush` of a chain, set or map. */
+  flush(object: NftObject): void {
+    this.#queue("flush", object);
+  }
+
+  /** Queues `delete` of a table, chain, set, map or element. */
+  delete(object: NftObject): void {
+    this.#queue("delete", object);
+  }
+
+  /** Appends a `# text` comment line (ignored by nft), for readable scripts. */
+  note(text: string): void {
+    this.#open = undefined;
+    this.#lines.push(`# ${text.replaceAll("\n", " ")}`);
+  }
+
+  #queue(verb: Verb, object: NftObject): void {
+    if (this.#error !== undefined) return;
+    const problem = object.validate(verb);
+    if (problem !== undefined) {
+      this.#error = new TypeError(problem);
+      return;
+    }
+    this.#ops++;
+    if (object instanceof Element) {
+      const open = this.#open;
+      if (
+        open !== undefined && open.verb === verb && open.set === object.options.set &&
+        open.count < ELEMENTS_PER_LINE
+      ) {
+        const last = this.#lines.length - 1;
+        this.#lines[last] = `${this.#lines[last]!.slice(0, -2)}, ${object.item(verb)} }`;
+        open.count++;
+        return;
+      }
+      this.#lines.push(object.write(verb, this.#where));
+      this.#open = { verb, set: object.options.set, count: 1 };
+      return;
+    }
+    this.#open = undefined;
+    this.#lines.push(object.write(verb, this.#where));
+  }
+
+  /** The exact `nft -f` input. */
+  toString(): string {
+    const body = this.#lines.join("\n");
+    const error = this.#error === undefined ? "" : `\n# ERROR: ${this.#error.message}`;
+    return this.#lines.length === 0 && error === "" ? "" : `${body}${error}\n`;
+  }
+}

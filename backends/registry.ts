@@ -1,0 +1,60 @@
+/**
+ * Maps a `--proxy-mode` to its backend. Backends load lazily, so a mode that
+ * is missing or broken fails only when it is selected.
+ *
+ * @module
+ */
+
+import type { Config, ProxyMode } from "../lib/config_types.ts";
+import type { Executor } from "../lib/exec.ts";
+import type { Backend } from "./backend.ts";
+
+/** What every backend factory receives. */
+export interface BackendOptions {
+  executor: Executor;
+  config: Config;
+}
+
+type Loader = (options: BackendOptions) => Promise<Backend>;
+
+const LOADERS: Readonly<Record<ProxyMode, Loader>> = {
+  nftables: async (options) => (await import("./nftables/mod.ts")).createNftablesBackend(options),
+  iptables: async (options) => (await import("./iptables/mod.ts")).createIptablesBackend(options),
+  ipvs: async (options) => (await import("./ipvs/mod.ts")).createIpvsBackend(options),
+  kernelspace: async (options) => (await import("./windows/mod.ts")).createWindowsBackend(options),
+};
+
+/** Every mode the registry knows, in `--cleanup` order. */
+export const PROXY_MODES: readonly ProxyMode[] = Object.freeze(
+  Object.keys(LOADERS) as ProxyMode[],
+);
+
+/** Thrown when a mode's backend cannot be loaded or created. */
+export class BackendLoadError extends Error {
+  constructor(readonly mode: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "BackendLoadError";
+  }
+}
+
+/**
+ * Creates the backend of `mode`.
+ *
+ * @throws {BackendLoadError} when the mode is unknown or its module fails to load
+ */
+export async function createBackend(mode: ProxyMode, options: BackendOptions): Promise<Backend> {
+  const loader = Object.hasOwn(LOADERS, mode) ? LOADERS[mode] : undefined;
+  if (!loader) {
+    throw new BackendLoadError(mode, `Cannot create backend "${mode}": unknown proxy mode`);
+  }
+  try {
+    return await loader(options);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new BackendLoadError(
+      mode,
+      `Cannot create the ${mode} backend: ${reason}`,
+      { cause: error },
+    );
+  }
+}

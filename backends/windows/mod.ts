@@ -1,0 +1,226 @@
+/**
+ * The Windows kernelspace proxy mode: programs HNS load balancers and remote
+ * endpoints through PowerShell scripts that call the Host Compute Network API.
+ * Every object kproxy creates carries a kproxy id (see `render.ts`), so start-up
+ * recovery deletes stale ones, a sync creates and deletes only the ids that
+ * changed, and cleanup removes exactly what kproxy owns.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import type { Config } from "../../lib/config_types.ts";
+import { type Executor, runChecked } from "../../lib/exec.ts";
+import {
+  isKproxyId,
+  type LoadBalancerSpec,
+  type RemoteEndpointSpec,
+  renderWindows,
+  type WindowsDesiredState,
+} from "./render.ts";
+import {
+  type HnsChanges,
+  type HnsListing,
+  parseListReply,
+  parseSyncReply,
+  renderListScript,
+  renderSyncScript,
+} from "./script.ts";
+
+const logger = getLogger(["kproxy", "windows"]);
+
+/** Options for {@linkcode createWindowsBackend}. */
+export interface WindowsBackendOptions {
+  executor: Executor;
+  config: Config;
+  /** The PowerShell program. @default {"powershell.exe"} */
+  powershell?: "powershell.exe" | "pwsh";
+}
+
+/**
+ * The arguments kproxy passes to PowerShell. The script comes on stdin and is
+ * parsed whole (`-Command -` would read it line by line, as typed input, which
+ * breaks multi-line blocks).
+ */
+export const POWERSHELL_ARGS: readonly string[] = Object.freeze([
+  "-NoProfile",
+  "-NonInteractive",
+  "-ExecutionPolicy",
+  "Bypass",
+  "-Command",
+  "& ([ScriptBlock]::Create([Console]::In.ReadToEnd()))",
+]);
+
+const NETWORK_NAME = /^[\x20-\x7e]{1,256}$/;
+
+/** Thrown when HNS refused some changes; the backend resyncs fully next time. */
+export class HnsSyncError extends Error {
+  constructor(readonly errors: { id: string; error: string }[]) {
+    super(
+      `Cannot apply HNS changes: ${errors.length} failed, first: ${errors[0]?.id}: ${
+        errors[0]?.error
+      }`,
+    );
+    this.name = "HnsSyncError";
+  }
+}
+
+/**
+ * Creates the kernelspace backend.
+ *
+ * @throws {TypeError} when `config.winkernel.networkName` is empty or not printable ASCII
+ * @example Usage
+ * ```ts ignore
+ * const backend = createWindowsBackend({ executor, config });
+ * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * ```
+ */
+export function createWindowsBackend(options: WindowsBackendOptions): Backend {
+  return new WindowsBackend(options);
+}
+
+class WindowsBackend implements Backend {
+  readonly mode = "kernelspace";
+  readonly #executor: Executor;
+  readonly #config: Config;
+  readonly #powershell: string;
+  /** Ids of kproxy's load balancers and remote endpoints believed to exist in HNS. */
+  #loadBalancers = new Set<string>();
+  #endpoints = new Set<string>();
+  readonly #warned = new Set<string>();
+  #needFull = true;
+
+  constructor(options: WindowsBackendOptions) {
+    this.#executor = options.executor;
+    this.#config = options.config;
+    this.#powershell = options.powershell ?? "powershell.exe";
+    const name = options.config.winkernel.networkName;
+    if (!NETWORK_NAME.test(name)) {
+      throw new TypeError(
+        `Cannot use HNS network name "${name}": expected 1 to 256 printable ASCII characters`,
+      );
+    }
+  }
+
+  async sync(request: SyncRequest): Promise<SyncResult> {
+    const full = request.full || this.#needFull;
+    this.#needFull = true;
+    const desired = this.#render(request);
+    if (full) {
+      const listing = await this.#list();
+      this.#loadBalancers = new Set(listing.loadBalancerIds.filter(isKproxyId));
+      this.#endpoints = new Set(listing.endpointIds.filter(isKproxyId));
+    }
+    const changes = diffHns(
+      { loadBalancers: this.#loadBalancers, endpoints: this.#endpoints },
+      desired,
+    );
+    const count = changes.createLoadBalancers.length + changes.deleteLoadBalancers.length +
+      changes.createEndpoints.length + changes.deleteEndpoints.length;
+    if (count > 0) await this.#apply(changes);
+    this.#needFull = false;
+    return {
+      full,
+      summary: `${desired.loadBalancers.length} load balancers, ${count} changes`,
+    };
+  }
+
+  async checkDrift(): Promise<boolean> {
+    const listing = await this.#list();
+    const lbs = listing.loadBalancerIds.filter(isKproxyId);
+    const eps = listing.endpointIds.filter(isKproxyId);
+    return !sameSet(lbs, this.#loadBalancers) || !sameSet(eps, this.#endpoints);
+  }
+
+  async cleanup(): Promise<void> {
+    const listing = await this.#list();
+    const changes: HnsChanges = {
+      deleteLoadBalancers: listing.loadBalancerIds.filter(isKproxyId),
+      deleteEndpoints: listing.endpointIds.filter(isKproxyId),
+      createEndpoints: [],
+      createLoadBalancers: [],
+    };
+    this.#loadBalancers = new Set(changes.deleteLoadBalancers);
+    this.#endpoints = new Set(changes.deleteEndpoints);
+    this.#needFull = true;
+    if (changes.deleteLoadBalancers.length + changes.deleteEndpoints.length > 0) {
+      await this.#apply(changes);
+    }
+  }
+
+  #render(
+    request: SyncRequest,
+  ): { loadBalancers: LoadBalancerSpec[]; remoteEndpoints: RemoteEndpointSpec[] } {
+    const dsr = this.#config.winkernel.enableDSR && this.#config.featureGates.WinDSR === true;
+    const states: WindowsDesiredState[] = request.plans.map((plan) =>
+      renderWindows(plan, { sourceVip: this.#config.winkernel.sourceVip, dsr })
+    );
+    for (const state of states) {
+      for (const { servicePortId, reason } of state.unsupported) {
+        const key = `${servicePortId}\n${reason}`;
+        if (this.#warned.has(key)) continue;
+        this.#warned.add(key);
+        logger.warn("Service {service}: {reason}", { service: servicePortId, reason });
+      }
+    }
+    return {
+      loadBalancers: states.flatMap((state) => state.loadBalancers),
+      remoteEndpoints: states.flatMap((state) => state.remoteEndpoints),
+    };
+  }
+
+  async #list(): Promise<HnsListing> {
+    const result = await runChecked(this.#executor, {
+      program: this.#powershell,
+      args: [...POWERSHELL_ARGS],
+      stdin: renderListScript(),
+    });
+    return parseListReply(result.stdout);
+  }
+
+  async #apply(changes: HnsChanges): Promise<void> {
+    const script = renderSyncScript(changes, { networkName: this.#config.winkernel.networkName });
+    const result = await runChecked(this.#executor, {
+      program: this.#powershell,
+      args: [...POWERSHELL_ARGS],
+      stdin: script,
+    });
+    const reply = parseSyncReply(result.stdout);
+    for (const id of reply.deleted) {
+      this.#loadBalancers.delete(id);
+      this.#endpoints.delete(id);
+    }
+    for (const id of reply.createdEndpoints) this.#endpoints.add(id);
+    for (const id of reply.createdLoadBalancers) this.#loadBalancers.add(id);
+    if (reply.missingLocal.length > 0) {
+      logger.info("No local HNS endpoint yet for {ips}; their load balancers wait", {
+        ips: reply.missingLocal,
+      });
+    }
+    if (reply.errors.length > 0) throw new HnsSyncError(reply.errors);
+  }
+}
+
+/**
+ * The HNS changes that turn the objects kproxy owns (`current`, by id) into
+ * `desired`. Pure. Ids are content-derived, so a changed object is one
+ * deletion and one creation.
+ */
+export function diffHns(
+  current: { loadBalancers: ReadonlySet<string>; endpoints: ReadonlySet<string> },
+  desired: { loadBalancers: LoadBalancerSpec[]; remoteEndpoints: RemoteEndpointSpec[] },
+): HnsChanges {
+  const wantedLbs = new Set(desired.loadBalancers.map((lb) => lb.id));
+  const wantedEps = new Set(desired.remoteEndpoints.map((ep) => ep.id));
+  return {
+    deleteLoadBalancers: [...current.loadBalancers].filter((id) => !wantedLbs.has(id)).sort(),
+    deleteEndpoints: [...current.endpoints].filter((id) => !wantedEps.has(id)).sort(),
+    createEndpoints: desired.remoteEndpoints.filter((ep) => !current.endpoints.has(ep.id)),
+    createLoadBalancers: desired.loadBalancers.filter((lb) => !current.loadBalancers.has(lb.id)),
+  };
+}
+
+function sameSet(items: string[], set: ReadonlySet<string>): boolean {
+  return items.length === set.size && items.every((item) => set.has(item));
+}

@@ -1,0 +1,317 @@
+/**
+ * Pure rendering of a {@linkcode Plan} into the Windows kernelspace mode's
+ * desired HNS objects: one HostComputeLoadBalancer per service port and
+ * virtual address, and one remote HNS endpoint per endpoint on another node.
+ *
+ * Every object gets a deterministic id derived from its content, starting with
+ * {@linkcode KPROXY_ID_PREFIX}: the id tags the object as kproxy's (so start-up
+ * recovery and cleanup find exactly what kproxy owns) and a changed object gets
+ * a new id (so a sync is a set difference of ids).
+ *
+ * @module
+ */
+
+import { createHash } from "node:crypto";
+import { isIP } from "node:net";
+import type { IpFamily, Protocol } from "../../lib/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+
+/** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
+export const KPROXY_ID_PREFIX = "6b70726f";
+
+/** HCN LoadBalancerFlags. */
+export const LB_FLAGS = Object.freeze({ none: 0, dsr: 1, ipv6: 2 });
+
+/** HCN LoadBalancerPortMappingFlags. */
+export const PORT_FLAGS = Object.freeze({
+  none: 0,
+  ilb: 1,
+  localRoutedVip: 2,
+  useMux: 4,
+  preserveDip: 8,
+  vipExternalIp: 16,
+});
+
+/** HCN LoadBalancerDistribution: none, or source-IP affinity. */
+export const DISTRIBUTION = Object.freeze({ none: 0, sourceIP: 2 });
+
+/** The upstream default ClientIP affinity timeout; other values are not supported on Windows. */
+export const DEFAULT_AFFINITY_SECONDS = 10800;
+
+/** IANA protocol numbers, as HNS port mappings expect them. */
+export const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
+  TCP: 6,
+  UDP: 17,
+  SCTP: 132,
+});
+
+/** Which address of a service port a load balancer serves. */
+export type VipKind = "clusterIP" | "nodePort" | "externalIP" | "loadBalancerIP";
+
+/** One backend of a load balancer. */
+export interface LoadBalancerBackend {
+  ip: string;
+  /** Local endpoints are looked up by IP on the node; remote ones are kproxy's remote endpoints. */
+  isLocal: boolean;
+  /** The remote endpoint id, "" for local endpoints. */
+  remoteEndpointId: string;
+}
+
+/** One HNS HostComputeLoadBalancer. */
+export interface LoadBalancerSpec {
+  id: string;
+  /** The service port (`ServicePortPlan.id`), for logs and change tracking. */
+  servicePortId: string;
+  kind: VipKind;
+  /** Frontend VIP; "" for node ports (every node address). */
+  vip: string;
+  protocol: number;
+  internalPort: number;
+  externalPort: number;
+  /** LoadBalancerFlags (DSR, IPv6). */
+  flags: number;
+  /** LoadBalancerPortMappingFlags. */
+  portFlags: number;
+  distribution: number;
+  /** `--source-vip` for overlay networks, "" when none. */
+  sourceVip: string;
+  /** Sorted by IP. */
+  backends: LoadBalancerBackend[];
+}
+
+/** One remote HNS endpoint (an endpoint running on another node). */
+export interface RemoteEndpointSpec {
+  id: string;
+  ip: string;
+  /** A MAC derived from the IP, as upstream's `conjureMac("02-11", ip)`. */
+  mac: string;
+}
+
+/** Everything the kernelspace mode programs for one family. */
+export interface WindowsDesiredState {
+  family: IpFamily;
+  /** Sorted by id. */
+  loadBalancers: LoadBalancerSpec[];
+  /** Sorted by id. */
+  remoteEndpoints: RemoteEndpointSpec[];
+  /** Things HNS cannot do that the plan asked for, one entry per service port and reason. */
+  unsupported: { servicePortId: string; reason: string }[];
+}
+
+/** Options for {@linkcode renderWindows}. */
+export interface WindowsRenderOptions {
+  /** `--source-vip` (overlay networks); "" when none. */
+  sourceVip?: string;
+  /** DSR: `--enable-dsr` and the WinDSR feature gate, both required. */
+  dsr?: boolean;
+}
+
+/** Throws a TypeError unless `address` is an IP address of `family`. */
+export function validateAddress(address: string, family: IpFamily): void {
+  if (isIP(address) !== (family === "IPv4" ? 4 : 6)) {
+    throw new TypeError(`Cannot use address "${address}": not an ${family} address`);
+  }
+}
+
+/** Throws a RangeError unless `port` is an integer in 1..65535. */
+export function validatePort(port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new RangeError(`Cannot use port ${port}: not in 1..65535`);
+  }
+}
+
+const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Throws a TypeError unless `id` is a lower-case GUID. */
+export function validateGuid(id: string): void {
+  if (!GUID.test(id)) throw new TypeError(`Cannot use HNS id "${id}": not a GUID`);
+}
+
+/** True when an HNS id (any case) was created by kproxy. */
+export function isKproxyId(id: string): boolean {
+  return GUID.test(id.toLowerCase()) && id.toLowerCase().startsWith(KPROXY_ID_PREFIX);
+}
+
+/** A kproxy id: the prefix, a 4-digit kind, then digits of the SHA-1 of `content`. */
+function kproxyId(kind: "0001" | "0002", content: string): string {
+  const hash = createHash("sha1").update(content).digest("hex");
+  return `${KPROXY_ID_PREFIX}-${kind}-${hash.slice(0, 4)}-${hash.slice(4, 8)}-${hash.slice(8, 20)}`;
+}
+
+/** The id of the remote endpoint kproxy creates for an endpoint IP. */
+export function remoteEndpointId(ip: string): string {
+  return kproxyId("0002", `remote-endpoint/${ip}`);
+}
+
+/** A MAC address for a remote endpoint: `02-11-` and four bytes of the IP (the last four,
+ * reversed, for IPv6), as upstream's `conjureMac`. */
+export function conjureMac(ip: string): string {
+  const hex = (n: number) => n.toString(16).padStart(2, "0");
+  if (isIP(ip) === 4) {
+    return ["02", "11", ...ip.split(".").map((part) => hex(Number(part)))].join("-");
+  }
+  const bytes = ipv6Bytes(ip);
+  return ["02", "11", ...[15, 14, 13, 12].map((i) => hex(bytes[i] ?? 0))].join("-");
+}
+
+function ipv6Bytes(ip: string): number[] {
+  const [head = "", tail] = ip.split("::");
+  const words = (text: string | undefined) =>
+    (text ? text.split(":") : []).flatMap((part) => {
+      if (!part.includes(".")) return [parseInt(part, 16)];
+      const [a = 0, b = 0, c = 0, d = 0] = part.split(".").map(Number);
+      return [(a << 8) | b, (c << 8) | d];
+    });
+  const left = words(head);
+  const right = words(tail);
+  const zeros: number[] = new Array(8 - left.length - right.length).fill(0);
+  return [...left, ...zeros, ...right].flatMap((word) => [word >> 8, word & 0xff]);
+}
+
+/**
+ * Renders the desired HNS objects of a plan. Pure: no I/O.
+ *
+ * - cluster IPs use `internal` endpoints; node ports, external IPs and
+ *   load-balancer IPs use `external` ones (Local policies are already applied);
+ * - HNS maps one internal port per load balancer: endpoints whose port differs
+ *   from the first endpoint's are left out and reported in `unsupported`;
+ * - DSR applies to cluster IPs, and to external addresses of Local services;
+ * - affinity uses source-IP distribution; HNS has no timeout, so a timeout
+ *   other than the default is reported in `unsupported`, as are source ranges.
+ *
+ * @throws {TypeError} or {RangeError} when a value in the plan is invalid
+ */
+export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): WindowsDesiredState {
+  const family = plan.family;
+  const sourceVip = options.sourceVip ?? "";
+  if (sourceVip !== "") validateAddress(sourceVip, family);
+  const dsr = options.dsr ?? false;
+  const balancers = new Map<string, LoadBalancerSpec>();
+  const remotes = new Map<string, RemoteEndpointSpec>();
+  const unsupported: WindowsDesiredState["unsupported"] = [];
+
+  for (const service of plan.services) {
+    validateService(service, family);
+    const note = (reason: string) => unsupported.push({ servicePortId: service.id, reason });
+    if (
+      service.affinityTimeoutSeconds > 0 &&
+      service.affinityTimeoutSeconds !== DEFAULT_AFFINITY_SECONDS
+    ) {
+      note(
+        `session affinity timeout ${service.affinityTimeoutSeconds}s is not supported on Windows`,
+      );
+    }
+    if (service.sourceRanges.length > 0) {
+      note("loadBalancerSourceRanges are not enforced by HNS load balancers");
+    }
+    const add = (kind: VipKind, vip: string, externalPort: number, endpoints: PlanEndpoint[]) => {
+      const backends = pickBackends(endpoints, note);
+      // As upstream: no HNS load balancer without backends (HNS rejects an empty one).
+      if (backends.length === 0) return;
+      for (const backend of backends) {
+        if (!backend.isLocal) {
+          remotes.set(backend.ip, {
+            id: backend.remoteEndpointId,
+            ip: backend.ip,
+            mac: conjureMac(backend.ip),
+          });
+        }
+      }
+      const external = kind !== "clusterIP";
+      const localDsr = dsr && service.externalLocal;
+      let portFlags = PORT_FLAGS.none;
+      if (kind === "nodePort") portFlags |= PORT_FLAGS.localRoutedVip;
+      if (external) portFlags |= PORT_FLAGS.vipExternalIp;
+      let flags = family === "IPv6" ? LB_FLAGS.ipv6 : LB_FLAGS.none;
+      if ((kind === "clusterIP" && dsr) || (external && kind !== "nodePort" && localDsr)) {
+        flags |= LB_FLAGS.dsr;
+      }
+      const spec: Omit<LoadBalancerSpec, "id"> = {
+        servicePortId: service.id,
+        kind,
+        vip,
+        protocol: PROTOCOL_NUMBERS[service.protocol],
+        internalPort: endpoints[0]?.port ?? service.port,
+        externalPort,
+        flags,
+        portFlags,
+        distribution: service.affinityTimeoutSeconds > 0
+          ? DISTRIBUTION.sourceIP
+          : DISTRIBUTION.none,
+        sourceVip,
+        backends,
+      };
+      const id = kproxyId("0001", JSON.stringify({ ...spec, servicePortId: undefined }));
+      balancers.set(id, { id, ...spec });
+    };
+    for (const ip of service.clusterIPs) {
+      add("clusterIP", ip, service.port, service.internal.endpoints);
+    }
+    if (service.nodePort !== 0) add("nodePort", "", service.nodePort, service.external.endpoints);
+    for (const ip of service.externalIPs) {
+      add("externalIP", ip, service.port, service.external.endpoints);
+    }
+    for (const ip of service.loadBalancerIPs) {
+      add("loadBalancerIP", ip, service.port, service.external.endpoints);
+    }
+  }
+  return {
+    family,
+    loadBalancers: [...balancers.values()].sort((a, b) => compare(a.id, b.id)),
+    remoteEndpoints: [...remotes.values()].sort((a, b) => compare(a.id, b.id)),
+    unsupported: dedupe(unsupported),
+  };
+}
+
+function pickBackends(
+  endpoints: PlanEndpoint[],
+  note: (reason: string) => void,
+): LoadBalancerBackend[] {
+  const port = endpoints[0]?.port;
+  const backends = new Map<string, LoadBalancerBackend>();
+  for (const ep of endpoints) {
+    if (ep.port !== port) {
+      note(`endpoint ${ep.ip}:${ep.port} left out: HNS maps one target port (${port}) per VIP`);
+      continue;
+    }
+    backends.set(ep.ip, {
+      ip: ep.ip,
+      isLocal: ep.isLocal,
+      remoteEndpointId: ep.isLocal ? "" : remoteEndpointId(ep.ip),
+    });
+  }
+  return [...backends.values()].sort((a, b) => compare(a.ip, b.ip));
+}
+
+function validateService(service: ServicePortPlan, family: IpFamily): void {
+  validatePort(service.port);
+  if (service.nodePort !== 0) validatePort(service.nodePort);
+  if (!(service.protocol in PROTOCOL_NUMBERS)) {
+    throw new TypeError(`Cannot use protocol "${service.protocol}" of ${service.id}`);
+  }
+  const timeout = service.affinityTimeoutSeconds;
+  if (!Number.isInteger(timeout) || timeout < 0 || timeout > 86400) {
+    throw new RangeError(`Cannot use affinity timeout ${timeout} of ${service.id}`);
+  }
+  for (const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]) {
+    validateAddress(ip, family);
+  }
+  for (const ep of [...service.internal.endpoints, ...service.external.endpoints]) {
+    validateAddress(ep.ip, family);
+    validatePort(ep.port);
+  }
+}
+
+function dedupe<T>(items: T[]): T[] {
+  const seen = new Set<string>();
+  return items.filter((item) => {
+    const key = JSON.stringify(item);
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

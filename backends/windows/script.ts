@@ -1,0 +1,358 @@
+/**
+ * PowerShell scripts for the kernelspace mode, run by
+ * `powershell.exe -NoProfile -NonInteractive -Command -`. They call the Host
+ * Compute Network API (computenetwork.dll, the API hcsshim's `hcn` package and
+ * upstream's `hns.go` use) through a small constant C# shim, and end by
+ * printing one `ConvertTo-Json -Compress` line that the backend parses.
+ *
+ * Data reaches a script only as validated numbers, validated GUIDs and IPs,
+ * and single-quoted literals with every quote character doubled
+ * ({@linkcode psQuote}); names of Kubernetes objects never appear in it.
+ *
+ * @module
+ */
+
+import type { LoadBalancerSpec, RemoteEndpointSpec } from "./render.ts";
+import { validateGuid } from "./render.ts";
+import { isIP } from "node:net";
+
+/** PowerShell treats these four characters as well as `'` as single quotes. */
+const SINGLE_QUOTES = /['\u2018\u2019\u201A\u201B]/g;
+
+/**
+ * Quotes a value as a PowerShell single-quoted literal: nothing inside is
+ * expanded (`$()`, backticks, `;` and newlines are plain text); a quote
+ * character is doubled, as `CodeGeneration.EscapeSingleQuotedStringContent` does.
+ */
+export function psQuote(value: string): string {
+  return `'${value.replace(SINGLE_QUOTES, (quote) => quote + quote)}'`;
+}
+
+function psArray(values: readonly string[]): string {
+  return `@(${values.map(psQuote).join(", ")})`;
+}
+
+function psInt(value: number, max: number): string {
+  if (!Number.isInteger(value) || value < 0 || value > max) {
+    throw new RangeError(`Cannot use ${value} in an HNS script: not an integer in 0..${max}`);
+  }
+  return String(value);
+}
+
+function checkIp(ip: string): string {
+  if (isIP(ip) === 0) throw new TypeError(`Cannot use "${ip}" in an HNS script: not an IP address`);
+  return ip;
+}
+
+function checkGuid(id: string): string {
+  validateGuid(id);
+  return id;
+}
+
+const MAC = /^[0-9a-f]{2}(-[0-9a-f]{2}){5}$/;
+
+/** The HNS changes of one sync, applied in this order: deletions first. */
+export interface HnsChanges {
+  deleteLoadBalancers: string[];
+  deleteEndpoints: string[];
+  createEndpoints: RemoteEndpointSpec[];
+  createLoadBalancers: LoadBalancerSpec[];
+}
+
+/** What a sync script reports (its last output line). */
+export interface HnsSyncReply {
+  createdLoadBalancers: string[];
+  createdEndpoints: string[];
+  deleted: string[];
+  /** Load balancers not created because none of their endpoints exists on the node. */
+  skipped: string[];
+  /** Local endpoint IPs with no HNS endpoint on the network. */
+  missingLocal: string[];
+  errors: { id: string; error: string }[];
+}
+
+/** Options for {@linkcode renderSyncScript}. */
+export interface SyncScriptOptions {
+  /** `--network-name` / `winkernel.networkName`: the HNS network of the pods. */
+  networkName: string;
+}
+
+/** The constant part of every script: strict mode and the HCN shim. */
+export const PROLOGUE = `$ErrorActionPreference = 'Stop'
+if (-not ('KProxy.Hcn' -as [type])) {
+Add-Type -TypeDefinition @'
+using System;
+using System.Runtime.InteropServices;
+namespace KProxy {
+public static class Hcn {
+  const string Dll = "computenetwork.dll";
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateNetworks(string query, out IntPtr networks, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenNetwork(ref Guid id, out IntPtr network, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryNetworkProperties(IntPtr network, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseNetwork(IntPtr network);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateEndpoints(string query, out IntPtr endpoints, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenEndpoint(ref Guid id, out IntPtr endpoint, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryEndpointProperties(IntPtr endpoint, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnCreateEndpoint(IntPtr network, ref Guid id, string settings, out IntPtr endpoint, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnDeleteEndpoint(ref Guid id, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseEndpoint(IntPtr endpoint);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateLoadBalancers(string query, out IntPtr balancers, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenLoadBalancer(ref Guid id, out IntPtr balancer, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryLoadBalancerProperties(IntPtr balancer, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnCreateLoadBalancer(ref Guid id, string settings, out IntPtr balancer, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnDeleteLoadBalancer(ref Guid id, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseLoadBalancer(IntPtr balancer);
+
+  static string Take(IntPtr text) {
+    if (text == IntPtr.Zero) return "";
+    string value = Marshal.PtrToStringUni(text);
+    Marshal.FreeCoTaskMem(text);
+    return value;
+  }
+  static void Check(int hr, IntPtr error, string what) {
+    string detail = Take(error);
+    if (hr != 0) throw new Exception(what + " failed (0x" + hr.ToString("X8") + "): " + detail);
+  }
+  public static string EnumerateNetworks(string query) { IntPtr list, e; Check(HcnEnumerateNetworks(query, out list, out e), e, "HcnEnumerateNetworks"); return Take(list); }
+  public static string EnumerateEndpoints(string query) { IntPtr list, e; Check(HcnEnumerateEndpoints(query, out list, out e), e, "HcnEnumerateEndpoints"); return Take(list); }
+  public static string EnumerateLoadBalancers(string query) { IntPtr list, e; Check(HcnEnumerateLoadBalancers(query, out list, out e), e, "HcnEnumerateLoadBalancers"); return Take(list); }
+  public static string QueryNetwork(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenNetwork(ref g, out h, out e), e, "HcnOpenNetwork");
+    try { Check(HcnQueryNetworkProperties(h, query, out p, out e), e, "HcnQueryNetworkProperties"); return Take(p); } finally { HcnCloseNetwork(h); }
+  }
+  public static string QueryEndpoint(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenEndpoint(ref g, out h, out e), e, "HcnOpenEndpoint");
+    try { Check(HcnQueryEndpointProperties(h, query, out p, out e), e, "HcnQueryEndpointProperties"); return Take(p); } finally { HcnCloseEndpoint(h); }
+  }
+  public static string QueryLoadBalancer(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenLoadBalancer(ref g, out h, out e), e, "HcnOpenLoadBalancer");
+    try { Check(HcnQueryLoadBalancerProperties(h, query, out p, out e), e, "HcnQueryLoadBalancerProperties"); return Take(p); } finally { HcnCloseLoadBalancer(h); }
+  }
+  public static void CreateEndpoint(string networkId, string id, string settings) {
+    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e;
+    Check(HcnOpenNetwork(ref n, out net, out e), e, "HcnOpenNetwork");
+    try { Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint"); HcnCloseEndpoint(h); } finally { HcnCloseNetwork(net); }
+  }
+  public static void DeleteEndpoint(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteEndpoint(ref g, out e), e, "HcnDeleteEndpoint"); }
+  public static void CreateLoadBalancer(string id, string settings) {
+    Guid g = new Guid(id); IntPtr h, e;
+    Check(HcnCreateLoadBalancer(ref g, settings, out h, out e), e, "HcnCreateLoadBalancer");
+    HcnCloseLoadBalancer(h);
+  }
+  public static void DeleteLoadBalancer(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteLoadBalancer(ref g, out e), e, "HcnDeleteLoadBalancer"); }
+}
+}
+'@
+}
+$KpQuery = '{"SchemaVersion":{"Major":2,"Minor":0},"Flags":0}'
+$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); errors = @() }
+function ConvertFrom-KpList([string] $Text) { if ($Text -eq '') { return }; $items = ConvertFrom-Json $Text; foreach ($item in $items) { $item } }
+function Get-KpLoadBalancers { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateLoadBalancers($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryLoadBalancer([string]$id, $KpQuery)) } }
+function Get-KpEndpoints { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateEndpoints($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryEndpoint([string]$id, $KpQuery)) } }
+function Remove-KpLoadBalancer([string] $Id) {
+  try { [KProxy.Hcn]::DeleteLoadBalancer($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Remove-KpEndpoint([string] $Id) {
+  try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
+  $parts = $Prefix.Split('/')
+  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
+  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
+  if ($a.Length -ne $b.Length) { return $false }
+  $bits = [int]$parts[1]
+  for ($i = 0; $i -lt $a.Length; $i++) {
+    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
+    $mask = (0xFF -shl (8 - $take)) -band 0xFF
+    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
+  }
+  return $true
+}
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
+  if ($KpNetwork.Type -eq 'Overlay') {
+    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
+    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
+    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
+  }
+  try {
+    [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
+    $KpResult.createdEndpoints += $Id
+  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds) {
+  $endpointIds = @($RemoteIds)
+  foreach ($ip in $LocalIps) {
+    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip }
+  }
+  if ($endpointIds.Count -eq 0) { $KpResult.skipped += $Id; return }
+  $mapping = [ordered]@{ Protocol = $Protocol; InternalPort = $InternalPort; ExternalPort = $ExternalPort; DistributionType = $Distribution; Flags = $PortFlags }
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; HostComputeEndpoints = @($endpointIds); SourceVIP = $SourceVip; FrontendVIPs = @($Vips); PortMappings = @($mapping); Flags = $Flags }
+  if ($SourceVip -eq '') { $settings.Remove('SourceVIP') }
+  try {
+    [KProxy.Hcn]::CreateLoadBalancer($Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
+    $KpResult.createdLoadBalancers += $Id
+  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+`;
+
+/** Resolves the network, its overlay remote subnets and its local endpoints by IP. */
+function networkSection(networkName: string): string {
+  return `$KpNetworkName = ${psQuote(networkName)}
+$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
+$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
+$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
+if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetworkIds[0]
+$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
+$KpRemoteSubnets = @()
+if ($KpNetwork.PSObject.Properties['Policies']) {
+  foreach ($policy in @($KpNetwork.Policies)) {
+    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
+  }
+}
+$KpLocalIds = @{}
+foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.HostComputeNetwork -ne $KpNetworkId -or ($ep.Flags -band 1) -ne 0) { continue }
+  foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
+}
+`;
+}
+
+/**
+ * Renders the script that lists every HNS load balancer and endpoint of the
+ * node; it prints `{"loadBalancers":[…],"endpoints":[…]}` (HCN properties).
+ */
+export function renderListScript(): string {
+  return `${PROLOGUE}
+$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints) }
+ConvertTo-Json -Compress -Depth 8 -InputObject $KpList
+`;
+}
+
+/**
+ * Renders the script applying `changes`: delete load balancers, then
+ * endpoints, create remote endpoints, then load balancers. Each step that
+ * fails is reported in `errors`; the script itself only fails when the
+ * network cannot be found or the HCN shim cannot load.
+ *
+ * @throws {TypeError} or {RangeError} on a value that is not a GUID, IP, MAC or in range
+ */
+export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions): string {
+  const lines: string[] = [];
+  for (const id of changes.deleteLoadBalancers) {
+    lines.push(`Remove-KpLoadBalancer ${psQuote(checkGuid(id))}`);
+  }
+  for (const id of changes.deleteEndpoints) {
+    lines.push(`Remove-KpEndpoint ${psQuote(checkGuid(id))}`);
+  }
+  for (const ep of changes.createEndpoints) {
+    if (!MAC.test(ep.mac)) throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
+    lines.push(
+      `New-KpRemoteEndpoint -Id ${psQuote(checkGuid(ep.id))} -Ip ${psQuote(checkIp(ep.ip))} ` +
+        `-Mac ${psQuote(ep.mac)}`,
+    );
+  }
+  for (const lb of changes.createLoadBalancers) {
+    const local = lb.backends.filter((b) => b.isLocal).map((b) => checkIp(b.ip));
+    const remote = lb.backends.filter((b) => !b.isLocal).map((b) => checkGuid(b.remoteEndpointId));
+    lines.push(
+      [
+        "New-KpLoadBalancer",
+        `-Id ${psQuote(checkGuid(lb.id))}`,
+        `-Vips ${psArray(lb.vip === "" ? [] : [checkIp(lb.vip)])}`,
+        `-Protocol ${psInt(lb.protocol, 255)}`,
+        `-InternalPort ${psInt(lb.internalPort, 65535)}`,
+        `-ExternalPort ${psInt(lb.externalPort, 65535)}`,
+        `-Flags ${psInt(lb.flags, 0xffff)}`,
+        `-PortFlags ${psInt(lb.portFlags, 0xffff)}`,
+        `-Distribution ${psInt(lb.distribution, 3)}`,
+        `-SourceVip ${psQuote(lb.sourceVip === "" ? "" : checkIp(lb.sourceVip))}`,
+        `-LocalIps ${psArray(local)}`,
+        `-RemoteIds ${psArray(remote)}`,
+      ].join(" "),
+    );
+  }
+  const needsNetwork = changes.createEndpoints.length > 0 || changes.createLoadBalancers.length > 0;
+  return [
+    PROLOGUE,
+    needsNetwork ? networkSection(options.networkName) : "",
+    ...lines,
+    "ConvertTo-Json -Compress -Depth 4 -InputObject $KpResult",
+    "",
+  ].join("\n");
+}
+
+/**
+ * Parses the JSON line a sync script prints (the last non-empty line of stdout).
+ *
+ * @throws {TypeError} when the output is not such a reply
+ */
+export function parseSyncReply(stdout: string): HnsSyncReply {
+  const value = parseLastJson(stdout);
+  const list = (key: string): string[] => {
+    const items = value[key] ?? [];
+    const array = Array.isArray(items) ? items : [items];
+    if (!array.every((item) => typeof item === "string")) {
+      throw new TypeError(`Cannot parse HNS reply: "${key}" is not a list of strings`);
+    }
+    return array as string[];
+  };
+  const errors = value.errors ?? [];
+  return {
+    createdLoadBalancers: list("createdLoadBalancers"),
+    createdEndpoints: list("createdEndpoints"),
+    deleted: list("deleted"),
+    skipped: list("skipped"),
+    missingLocal: list("missingLocal"),
+    errors: (Array.isArray(errors) ? errors : [errors]).map((item) => ({
+      id: String(item?.id ?? ""),
+      error: String(item?.error ?? ""),
+    })),
+  };
+}
+
+/** Ids of the HNS objects a list script reported. */
+export interface HnsListing {
+  loadBalancerIds: string[];
+  endpointIds: string[];
+}
+
+/**
+ * Parses the output of {@linkcode renderListScript} into ids.
+ *
+ * @throws {TypeError} when the output is not such a listing
+ */
+export function parseListReply(stdout: string): HnsListing {
+  const value = parseLastJson(stdout);
+  const ids = (key: string) => {
+    const items = value[key] ?? [];
+    return (Array.isArray(items) ? items : [items]).map((item) => {
+      const id = item?.ID ?? item?.Id ?? item?.id;
+      if (typeof id !== "string") {
+        throw new TypeError(`Cannot parse HNS listing: an item of "${key}" has no ID`);
+      }
+      return id.toLowerCase();
+    });
+  };
+  return { loadBalancerIds: ids("loadBalancers"), endpointIds: ids("endpoints") };
+}
+
+function parseLastJson(stdout: string): Record<string, any> {
+  const line = stdout.trim().split(/\r?\n/).filter((l) => l.trim() !== "").at(-1) ?? "";
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch (error) {
+    throw new TypeError(
+      `Cannot parse HNS reply "${line.slice(0, 200)}": ${(error as Error).message}`,
+    );
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(`Cannot parse HNS reply "${line.slice(0, 200)}": not a JSON object`);
+  }
+  return value as Record<string, any>;
+}

@@ -1,0 +1,403 @@
+/**
+ * The wiring of kproxy's commands: flags to a running proxy (`run`), a
+ * one-shot plan (`plan`), cleanup, help and version. `main.ts` only calls
+ * {@linkcode main}; tests call it in-process with injected parts.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import denoJson from "../deno.json" with { type: "json" };
+import type { Backend } from "../backends/backend.ts";
+import { createBackend, PROXY_MODES } from "../backends/registry.ts";
+import {
+  type CommandLine,
+  type ConfigEnvironment,
+  ConfigError,
+  effectiveSyncPeriods,
+  helpText,
+  parseCommandLine,
+} from "./config.ts";
+import type { Config } from "./config_types.ts";
+import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
+import { DenoExecutor, type Executor } from "./exec.ts";
+import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
+import { setupLogging } from "./log.ts";
+import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
+import { MODE_PROGRAMS } from "./permissions.ts";
+import type { NodePlans } from "./plan.ts";
+import { type PlannerOptions, planNode } from "./planner.ts";
+import { type AppliedSync, Proxier } from "./proxier.ts";
+import { BoundedFrequencyRunner } from "./runner.ts";
+import type { Source } from "./source/source.ts";
+import { setSysctls } from "./sysctl.ts";
+import { Tracker } from "./tracker.ts";
+
+const logger = getLogger(["kproxy", "app"]);
+
+/** kproxy's version, from deno.json. */
+export const VERSION: string = denoJson.version;
+
+/** Where command output goes. */
+export interface AppIO {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+/** The parts of a running proxy, handed to {@linkcode AppOptions.onStarted}. */
+export interface RunningApp {
+  config: Config;
+  backend: Backend;
+  proxier: Proxier;
+  health: ProxyHealth;
+  metrics: ProxyMetrics;
+  serviceHealth: ServiceHealthServers;
+  healthServer?: Deno.HttpServer<Deno.NetAddr>;
+  metricsServer?: Deno.HttpServer<Deno.NetAddr>;
+}
+
+/** Injection points for {@linkcode main}; every one defaults to the real thing. */
+export interface AppOptions {
+  io?: AppIO;
+  /** Files and host name for flag parsing. */
+  env?: ConfigEnvironment;
+  executor?: Executor;
+  /** Used instead of the mode's backend (also for `--cleanup`). */
+  backend?: Backend;
+  /** Used instead of the manifests directory or the apiserver. */
+  source?: Source;
+  /** Stops `run` when aborted, in addition to SIGTERM and SIGINT. */
+  signal?: AbortSignal;
+  /** Listen for SIGTERM and SIGINT. @default {true} */
+  handleSignals?: boolean;
+  /** Configure log sinks. @default {true} */
+  setupLogging?: boolean;
+  /** Address of the health-check node port servers. @default {"0.0.0.0"} */
+  serviceHealthHostname?: string;
+  /** Called once `run` has started its servers, source and runner. */
+  onStarted?: (app: RunningApp) => void;
+}
+
+const encoder = new TextEncoder();
+
+function writeAllSync(file: { writeSync(p: Uint8Array): number }, text: string): void {
+  const bytes = encoder.encode(text);
+  let written = 0;
+  while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
+}
+
+/** Writes to the process's stdout and stderr. */
+export const processIO: AppIO = {
+  stdout: (text) => writeAllSync(Deno.stdout, text),
+  stderr: (text) => writeAllSync(Deno.stderr, text),
+};
+
+function granted(descriptor: Deno.PermissionDescriptor): boolean {
+  try {
+    return Deno.permissions.querySync(descriptor).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/** Flag-parsing environment that never prompts for a permission it lacks. */
+export const processEnvironment: ConfigEnvironment = {
+  readTextFile: (path) => Deno.readTextFileSync(path),
+  hostname: () => {
+    if (granted({ name: "sys", kind: "hostname" })) return Deno.hostname();
+    if (granted({ name: "read", path: "/etc/hostname" })) {
+      try {
+        return Deno.readTextFileSync("/etc/hostname").trim();
+      } catch {
+        return "";
+      }
+    }
+    return "";
+  },
+};
+
+/**
+ * Runs kproxy with `argv` and returns its exit status: 0 on success, 2 on a
+ * configuration error, 1 on any other failure.
+ */
+export async function main(argv: string[], options: AppOptions = {}): Promise<number> {
+  const io = options.io ?? processIO;
+  let commandLine: CommandLine;
+  try {
+    commandLine = parseCommandLine(argv, options.env ?? processEnvironment);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.stderr(`kproxy: ${error.message}\n`);
+      return 2;
+    }
+    throw error;
+  }
+  try {
+    return await runCommand(commandLine, options);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.stderr(`kproxy: ${error.message}\n`);
+      return 2;
+    }
+    logger.fatal("kproxy failed: {error}", { error });
+    io.stderr(`kproxy: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
+  }
+}
+
+async function runCommand(commandLine: CommandLine, options: AppOptions): Promise<number> {
+  const io = options.io ?? processIO;
+  const { command, config } = commandLine;
+  switch (command) {
+    case "help":
+      io.stdout(helpText());
+      return 0;
+    case "version":
+      io.stdout(`kproxy ${VERSION} (deno ${Deno.version.deno}, ${Deno.build.target})\n`);
+      return 0;
+  }
+  if (options.setupLogging ?? true) await setupLogging({ verbosity: config.verbosity });
+  for (const warning of commandLine.warnings) logger.warn("{warning}", { warning });
+  switch (command) {
+    case "plan": {
+      const plans = await planOnce(config, options.source);
+      io.stdout(stableJson(plans) + "\n");
+      return 0;
+    }
+    case "demo":
+      return await runDemo(commandLine, options);
+    case "explain":
+    case "diff":
+      io.stderr(`kproxy: the ${command} command is not available in this build\n`);
+      return 1;
+    case "run":
+      return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
+  }
+}
+
+/** Builds the planner's options from the configuration and the node's addresses. */
+export function plannerOptionsFrom(config: Config, localAddresses: string[]): PlannerOptions {
+  return {
+    nodeName: config.hostnameOverride,
+    nodePortAddresses: config.nodePortAddresses,
+    localAddresses,
+    clusterCIDRs: config.clusterCIDRs,
+    detectLocalMode: config.detectLocalMode,
+    bridgeInterface: config.bridgeInterface,
+    interfaceNamePrefix: config.interfaceNamePrefix,
+    masqueradeAll: config.masqueradeAll,
+    serviceClusterIPRange: config.serviceClusterIPRange,
+    externalIPAllowedCIDRs: config.externalIPAllowedCIDRs,
+    featureGates: config.featureGates,
+  };
+}
+
+/** The node's interface addresses, or none when Deno may not list them. */
+function localAddresses(): string[] {
+  if (!granted({ name: "sys", kind: "networkInterfaces" })) return [];
+  return [...new Set(Deno.networkInterfaces().map((nic) => nic.address.split("%")[0]!))];
+}
+
+async function createSource(config: Config): Promise<Source> {
+  if (config.manifests !== "") {
+    const { FileSource } = await import("./source/file.ts");
+    return new FileSource({ dir: config.manifests });
+  }
+  const { KubeSource } = await import("./source/kube.ts");
+  return new KubeSource({
+    kubeconfig: config.kubeconfig,
+    master: config.master,
+    nodeName: config.hostnameOverride,
+  });
+}
+
+/**
+ * Reads the source until its initial list is complete and plans the node once.
+ * No root, no kernel.
+ */
+export async function planOnce(config: Config, injected?: Source): Promise<NodePlans> {
+  const source = injected ?? await createSource(config);
+  const tracker = new Tracker({ nodeName: config.hostnameOverride });
+  const controller = new AbortController();
+  let synced = false;
+  await source.start((event) => {
+    if (controller.signal.aborted) return;
+    tracker.apply(event);
+    if (event.type === "synced") {
+      synced = true;
+      controller.abort();
+    }
+  }, controller.signal);
+  if (!synced) throw new Error("Cannot plan: the source stopped before listing every object");
+  return planNode({
+    state: tracker.drain().state,
+    options: plannerOptionsFrom(config, localAddresses()),
+  });
+}
+
+/** JSON with object keys sorted at every level, indented by two spaces. */
+export function stableJson(value: unknown): string {
+  return JSON.stringify(value, (_key, inner) => {
+    if (inner === null || typeof inner !== "object" || Array.isArray(inner)) return inner;
+    if (inner instanceof Set) return [...inner].sort();
+    if (inner instanceof Map) inner = Object.fromEntries(inner);
+    return Object.fromEntries(
+      Object.entries(inner as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)),
+    );
+  }, 2);
+}
+
+async function cleanup(config: Config, options: AppOptions): Promise<number> {
+  const executor = options.executor ??
+    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  await backend.cleanup();
+  logger.info("Removed the rules of the {mode} mode", { mode: backend.mode });
+  if (options.backend) return 0;
+  const windows = Deno.build.os === "windows";
+  for (const mode of PROXY_MODES) {
+    if (mode === config.proxyMode || (mode === "kernelspace") !== windows) continue;
+    try {
+      const other = await createBackend(mode, {
+        executor: new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[mode] }),
+        config,
+      });
+      await other.cleanup();
+      logger.info("Removed the rules of the {mode} mode", { mode });
+    } catch (error) {
+      logger.warn("Cannot clean up the {mode} mode: {error}", { mode, error });
+    }
+  }
+  return 0;
+}
+
+async function runProxy(config: Config, options: AppOptions): Promise<number> {
+  const executor = options.executor ??
+    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  const source = options.source ?? await createSource(config);
+  if (config.conntrack.tcpBeLiberal) {
+    await setSysctls(executor, { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" }).catch(
+      (error) => logger.warn("Cannot set conntrack liberal mode: {error}", { error }),
+    );
+  }
+  const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
+  const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
+  const metrics = new ProxyMetrics();
+  const serviceHealth = new ServiceHealthServers({
+    hostname: options.serviceHealthHostname ?? "0.0.0.0",
+    health,
+  });
+  const tracker = new Tracker({ nodeName: config.hostnameOverride });
+  const flushConntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack");
+  const proxier = new Proxier({
+    backend,
+    tracker,
+    plannerOptions: plannerOptionsFrom(config, localAddresses()),
+    health,
+    metrics,
+    syncPeriodMs,
+    requestSync: () => runner.run(),
+    serviceHealth,
+    afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
+  });
+  const runner = new BoundedFrequencyRunner({
+    name: "sync-proxy-rules",
+    fn: async () => {
+      await proxier.sync();
+    },
+    minIntervalMs: minSyncPeriodMs,
+    maxIntervalMs: Math.max(syncPeriodMs, minSyncPeriodMs),
+    retryIntervalMs: Math.min(1000, Math.max(syncPeriodMs, 1)),
+  });
+
+  const controller = new AbortController();
+  const stop = () => controller.abort();
+  options.signal?.addEventListener("abort", stop);
+  if (options.signal?.aborted) stop();
+  const handleSignals = options.handleSignals ?? true;
+  const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGTERM", "SIGINT"];
+  if (handleSignals) { for (const name of signals) Deno.addSignalListener(name, stop); }
+
+  const { signal } = controller;
+  const app: RunningApp = { config, backend, proxier, health, metrics, serviceHealth };
+  let exitCode = 0;
+  try {
+    if (config.healthzBindAddress !== "") {
+      app.healthServer = startHealthServer({
+        address: config.healthzBindAddress,
+        health,
+        metrics,
+        signal,
+      });
+    }
+    if (config.metricsBindAddress !== "") {
+      app.metricsServer = startMetricsServer({
+        address: config.metricsBindAddress,
+        registry: metrics.registry,
+        health,
+        metrics,
+        signal,
+      });
+    }
+    logger.info("Starting kproxy {version} in {mode} mode on node {node}", {
+      version: VERSION,
+      mode: backend.mode,
+      node: config.hostnameOverride,
+    });
+    const looping = runner.loop(signal);
+    const watching = source.start((event) => proxier.onEvent(event), signal).catch((error) => {
+      logger.fatal("The source of API objects failed: {error}", { error });
+      exitCode = 1;
+      stop();
+    });
+    options.onStarted?.(app);
+    if (!signal.aborted) {
+      await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
+    }
+    logger.info("Stopping; the installed rules stay in place");
+    await Promise.all([looping, watching]);
+  } finally {
+    stop();
+    if (handleSignals) { for (const name of signals) Deno.removeSignalListener(name, stop); }
+    options.signal?.removeEventListener("abort", stop);
+    await Promise.all([
+      app.healthServer?.finished,
+      app.metricsServer?.finished,
+      serviceHealth.close(),
+    ]);
+  }
+  return exitCode;
+}
+
+/** Deletes the UDP conntrack entries a sync made stale (upstream does this after every sync). */
+async function flushStaleConntrack(executor: Executor, sync: AppliedSync): Promise<void> {
+  const entries = sync.plans.flatMap((plan, i) => {
+    const before = sync.previous[i];
+    return before ? staleUdpEntries(before, plan, sync.changed) : [];
+  });
+  if (entries.length > 0) await flushStaleUdp(executor, entries);
+}
+
+async function runDemo(commandLine: CommandLine, options: AppOptions): Promise<number> {
+  const io = options.io ?? processIO;
+  let demo: Record<string, unknown> | undefined;
+  try {
+    // A computed specifier keeps the demo (and its netns helpers) out of bundles.
+    const specifier = new URL("../scripts/demo.ts", import.meta.url).href;
+    demo = await import(specifier);
+  } catch (error) {
+    logger.debug("No kernel demo: {error}", { error });
+  }
+  const entry = demo?.runDemo;
+  if (typeof entry === "function") {
+    return await entry({ config: commandLine.config, args: commandLine.args, io });
+  }
+  io.stderr(
+    "kproxy: the kernel demo is not available in this build; printing the plan for scripts/manifests\n",
+  );
+  const config = { ...commandLine.config };
+  if (config.manifests === "") config.manifests = "scripts/manifests";
+  io.stdout(stableJson(await planOnce(config, options.source)) + "\n");
+  return 0;
+}

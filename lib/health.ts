@@ -1,0 +1,237 @@
+/**
+ * Health reporting (upstream pkg/proxy/healthcheck): the proxy's own
+ * /healthz and /livez, and one HTTP server per service health-check node port.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { ProxyMetrics } from "./metrics.ts";
+
+const logger = getLogger(["kproxy", "health"]);
+
+/** What {@linkcode ProxyHealth.status} reports. */
+export interface ProxyHealthStatus {
+  /** False when an update has been pending longer than the health timeout. */
+  healthy: boolean;
+  /** True unless this node is being deleted. */
+  nodeEligible: boolean;
+  /** ISO time of the last successful sync, "" before the first. */
+  lastUpdated: string;
+  /** ISO time of the check. */
+  currentTime: string;
+}
+
+/** Options for {@linkcode ProxyHealth}. */
+export interface ProxyHealthOptions {
+  /** How long a queued update may stay unapplied before the proxy is unhealthy: 2 × syncPeriod. */
+  healthTimeoutMs: number;
+}
+
+/**
+ * The queued-versus-updated health model of upstream's proxy_health.go: the
+ * proxy is healthy unless a queued update has waited longer than the timeout.
+ */
+export class ProxyHealth {
+  readonly #healthTimeoutMs: number;
+  #oldestPendingAt?: number;
+  #lastUpdatedAt?: number;
+  #nodeDeleting = false;
+
+  constructor(options: ProxyHealthOptions) {
+    this.#healthTimeoutMs = options.healthTimeoutMs;
+  }
+
+  /** Records that a change is waiting to be applied (keeps the oldest such time). */
+  queuedUpdate(now: number): void {
+    this.#oldestPendingAt ??= now;
+  }
+
+  /** Records a successful sync: nothing is pending any more. */
+  updated(now: number): void {
+    this.#lastUpdatedAt = now;
+    this.#oldestPendingAt = undefined;
+  }
+
+  /** Marks this node as being deleted, which fails /healthz (not /livez). */
+  setNodeDeleting(deleting: boolean): void {
+    this.#nodeDeleting = deleting;
+  }
+
+  /** Health at `now` (ms since the epoch). */
+  status(now: number): ProxyHealthStatus {
+    const healthy = this.#oldestPendingAt === undefined ||
+      now - this.#oldestPendingAt < this.#healthTimeoutMs;
+    return {
+      healthy,
+      nodeEligible: !this.#nodeDeleting,
+      lastUpdated: this.#lastUpdatedAt === undefined
+        ? ""
+        : new Date(this.#lastUpdatedAt).toISOString(),
+      currentTime: new Date(now).toISOString(),
+    };
+  }
+}
+
+/** Splits a `host:port` or `[v6]:port` bind address. */
+export function parseBindAddress(address: string): { hostname: string; port: number } {
+  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$/.exec(address);
+  const port = Number(match?.[3]);
+  if (!match || port > 65535) {
+    throw new TypeError(`Cannot parse bind address "${address}": expected host:port`);
+  }
+  return { hostname: match[1] ?? (match[2] || "0.0.0.0"), port };
+}
+
+const JSON_HEADERS = { "content-type": "application/json", "x-content-type-options": "nosniff" };
+
+/** Options for {@linkcode handleHealthRequest}. */
+export interface HealthRequestOptions {
+  health: ProxyHealth;
+  metrics?: ProxyMetrics;
+  /** @default {Date.now} */
+  now?: () => number;
+}
+
+/**
+ * Answers `/healthz` (503 when unhealthy or the node is being deleted) and
+ * `/livez` (503 only when unhealthy), counting the codes in the metrics.
+ */
+export function handleHealthRequest(request: Request, options: HealthRequestOptions): Response {
+  const { pathname } = new URL(request.url);
+  const status = options.health.status((options.now ?? Date.now)());
+  if (pathname === "/healthz") {
+    const ok = status.healthy && status.nodeEligible;
+    options.metrics?.proxyHealthzTotal.inc({ code: ok ? "200" : "503" });
+    const body = {
+      lastUpdated: status.lastUpdated,
+      currentTime: status.currentTime,
+      nodeEligible: status.nodeEligible,
+    };
+    return new Response(JSON.stringify(body), { status: ok ? 200 : 503, headers: JSON_HEADERS });
+  }
+  if (pathname === "/livez") {
+    options.metrics?.proxyLivezTotal.inc({ code: status.healthy ? "200" : "503" });
+    const body = { lastUpdated: status.lastUpdated, currentTime: status.currentTime };
+    return new Response(JSON.stringify(body), {
+      status: status.healthy ? 200 : 503,
+      headers: JSON_HEADERS,
+    });
+  }
+  return new Response("404 page not found\n", { status: 404 });
+}
+
+/** Options for {@linkcode startHealthServer}. */
+export interface HealthServerOptions extends HealthRequestOptions {
+  /** `host:port`; port 0 picks a free port. */
+  address: string;
+  /** Stops the server. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Serves `/healthz` and `/livez` on `address`.
+ *
+ * @returns the running server; `server.addr` has the bound port
+ */
+export function startHealthServer(options: HealthServerOptions): Deno.HttpServer<Deno.NetAddr> {
+  const { hostname, port } = parseBindAddress(options.address);
+  return Deno.serve(
+    { hostname, port, signal: options.signal, onListen: () => {} },
+    (request) => handleHealthRequest(request, options),
+  );
+}
+
+/** What a health-check node port reports for one service. */
+export interface ServiceHealthInfo {
+  namespace: string;
+  name: string;
+  /** Ready endpoints of the service on this node. */
+  localEndpoints: number;
+}
+
+/** Options for {@linkcode ServiceHealthServers}. */
+export interface ServiceHealthServersOptions {
+  /** Address the servers listen on. @default {"0.0.0.0"} */
+  hostname?: string;
+  /** When given, a service reports 503 while the proxy itself is unhealthy. */
+  health?: ProxyHealth;
+  /** @default {Date.now} */
+  now?: () => number;
+}
+
+/**
+ * One HTTP server per health-check node port (upstream service_health.go):
+ * 200 while the service has local endpoints and the proxy is healthy, else 503.
+ * Declarative: {@linkcode ServiceHealthServers.sync} starts and stops servers
+ * to match the given services.
+ */
+export class ServiceHealthServers {
+  readonly #hostname: string;
+  readonly #health?: ProxyHealth;
+  readonly #now: () => number;
+  readonly #servers = new Map<number, Deno.HttpServer<Deno.NetAddr>>();
+  #services = new Map<number, ServiceHealthInfo>();
+
+  constructor(options: ServiceHealthServersOptions = {}) {
+    this.#hostname = options.hostname ?? "0.0.0.0";
+    this.#health = options.health;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** Ports with a listening server, sorted. */
+  get ports(): number[] {
+    return [...this.#servers.keys()].sort((a, b) => a - b);
+  }
+
+  /**
+   * Makes the set of servers match `services` (health-check node port →
+   * service). A port that cannot be bound is logged and tried again next sync.
+   */
+  async sync(services: ReadonlyMap<number, ServiceHealthInfo>): Promise<void> {
+    this.#services = new Map(services);
+    const stopping: Promise<void>[] = [];
+    for (const [port, server] of this.#servers) {
+      if (!services.has(port)) {
+        this.#servers.delete(port);
+        stopping.push(server.shutdown());
+      }
+    }
+    await Promise.all(stopping);
+    for (const [port, info] of services) {
+      if (this.#servers.has(port)) continue;
+      try {
+        this.#servers.set(
+          port,
+          Deno.serve(
+            { hostname: this.#hostname, port, onListen: () => {} },
+            () => this.#answer(port),
+          ),
+        );
+      } catch (error) {
+        logger.error(
+          "Cannot serve health check node port {port} of {namespace}/{name}: {error}",
+          { port, namespace: info.namespace, name: info.name, error },
+        );
+      }
+    }
+  }
+
+  /** Stops every server. */
+  async close(): Promise<void> {
+    await this.sync(new Map());
+  }
+
+  #answer(port: number): Response {
+    const info = this.#services.get(port);
+    if (!info) return new Response("404 page not found\n", { status: 404 });
+    const proxyHealthy = this.#health?.status(this.#now()).healthy ?? true;
+    const body = {
+      service: { namespace: info.namespace, name: info.name },
+      localEndpoints: info.localEndpoints,
+      serviceProxyHealthy: proxyHealthy,
+    };
+    const ok = info.localEndpoints > 0 && proxyHealthy;
+    return new Response(JSON.stringify(body), { status: ok ? 200 : 503, headers: JSON_HEADERS });
+  }
+}

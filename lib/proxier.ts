@@ -1,0 +1,371 @@
+/**
+ * The sync loop glue shared by every mode: source events go to the tracker,
+ * a sync drains it, plans the node, hands the backend what changed and
+ * reports health and metrics. Backends only render and apply.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { Backend, SyncResult } from "../backends/backend.ts";
+import type { ServiceHealthInfo } from "./health.ts";
+import type { ProxyHealth } from "./health.ts";
+import type { ProxyMetrics } from "./metrics.ts";
+import type { NodePlans, Plan } from "./plan.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "./planner.ts";
+import type { SourceEvent } from "./source/source.ts";
+import type { StateChange } from "./state.ts";
+
+const logger = getLogger(["kproxy", "proxier"]);
+
+/** The tracker as the proxier uses it (see `lib/tracker.ts`). */
+export interface StateTracker {
+  /** Applies one source event; true when the state changed. */
+  apply(event: SourceEvent): boolean;
+  /** True once every kind has been listed. */
+  readonly synced: boolean;
+  /** Returns the current state and what changed since the last drain. */
+  drain(): StateChange;
+}
+
+/** Something that serves health-check node ports (see `ServiceHealthServers`). */
+export interface ServiceHealthSink {
+  sync(services: ReadonlyMap<number, ServiceHealthInfo>): Promise<void>;
+}
+
+/** A sync the backend applied, handed to {@linkcode ProxierOptions.afterSync}. */
+export interface AppliedSync {
+  /** The plans the kernel held before (empty on the first sync). */
+  previous: Plan[];
+  /** The plans just applied, same families and order. */
+  plans: Plan[];
+  /** Ids of the service ports that may differ between the two. */
+  changed: Set<string>;
+  full: boolean;
+}
+
+/** Which families of {@linkcode NodePlans} to program. */
+export type PlanFamily = keyof NodePlans;
+
+/** Options for {@linkcode Proxier}. */
+export interface ProxierOptions {
+  backend: Backend;
+  tracker: StateTracker;
+  plannerOptions: PlannerOptions;
+  health: ProxyHealth;
+  metrics: ProxyMetrics;
+  /** The mode's sync period: full resync and drift check interval. */
+  syncPeriodMs: number;
+  /** Time between forced full syncs. @default {syncPeriodMs} */
+  fullSyncPeriodMs?: number;
+  /** Called when a sync is needed (wire it to the runner's `run()`). */
+  requestSync?: () => void;
+  /** Runs after each successful sync (stale UDP conntrack cleanup); failures are logged. */
+  afterSync?: (sync: AppliedSync) => Promise<void>;
+  /** Health-check node port servers to keep in step with the plans. */
+  serviceHealth?: ServiceHealthSink;
+  /** @default {["ipv4", "ipv6"]} */
+  families?: readonly PlanFamily[];
+  /** @default {{ now: Date.now }} */
+  clock?: { now(): number };
+}
+
+/** What {@linkcode Proxier.sync} did. */
+export type SyncOutcome =
+  | { kind: "waiting" }
+  | { kind: "unchanged" }
+  | { kind: "applied"; result: SyncResult; changed: Set<string> };
+
+/**
+ * One proxier for all modes. Never syncs before the source's initial list is
+ * complete, so rules from an earlier run stay until then; a failed sync
+ * keeps the previous rules, forces a full sync next and rethrows so the runner
+ * retries.
+ */
+export class Proxier {
+  readonly #backend: Backend;
+  readonly #tracker: StateTracker;
+  readonly #plannerOptions: PlannerOptions;
+  readonly #health: ProxyHealth;
+  readonly #metrics: ProxyMetrics;
+  readonly #syncPeriodMs: number;
+  readonly #fullSyncPeriodMs: number;
+  readonly #requestSync: () => void;
+  readonly #serviceHealth?: ServiceHealthSink;
+  readonly #afterSync?: (sync: AppliedSync) => Promise<void>;
+  readonly #families: readonly PlanFamily[];
+  readonly #clock: { now(): number };
+  #planned?: NodePlans;
+  #applied?: NodePlans;
+  #needFull = true;
+  #replanAll = true;
+  #lastFullAt = -Infinity;
+  #lastDriftCheckAt: number;
+  #pendingChangeAt?: number;
+
+  constructor(options: ProxierOptions) {
+    this.#backend = options.backend;
+    this.#tracker = options.tracker;
+    this.#plannerOptions = options.plannerOptions;
+    this.#health = options.health;
+    this.#metrics = options.metrics;
+    this.#syncPeriodMs = options.syncPeriodMs;
+    this.#fullSyncPeriodMs = options.fullSyncPeriodMs ?? options.syncPeriodMs;
+    this.#requestSync = options.requestSync ?? (() => {});
+    this.#serviceHealth = options.serviceHealth;
+    this.#afterSync = options.afterSync;
+    this.#families = options.families ?? ["ipv4", "ipv6"];
+    this.#clock = options.clock ?? { now: Date.now };
+    this.#lastDriftCheckAt = this.#clock.now();
+    // The initial sync is pending from the start: a proxy that never gets a
+    // complete list turns unhealthy after the health timeout.
+    this.#health.queuedUpdate(this.#clock.now());
+  }
+
+  /** The plans last applied successfully, undefined before the first success. */
+  get lastSynced(): NodePlans | undefined {
+    return this.#applied;
+  }
+
+  /** Feeds one source event to the tracker and, once it is synced, requests a sync when
+   * state changed. */
+  onEvent(event: SourceEvent): void {
+    const changed = this.#tracker.apply(event);
+    if (!changed && event.type !== "synced") return;
+    const now = this.#clock.now();
+    if (event.type !== "synced") {
+      this.#pendingChangeAt ??= now;
+      if (event.kind === "EndpointSlice") {
+        this.#metrics.endpointChangesPending.inc();
+        this.#metrics.endpointChangesTotal.inc();
+      } else if (event.kind === "Service") {
+        this.#metrics.serviceChangesPending.inc();
+        this.#metrics.serviceChangesTotal.inc();
+      }
+      this.#metrics.lastQueuedTimestamp.set(now / 1000);
+    }
+    this.#health.queuedUpdate(now);
+    // Before the initial list is complete a sync would only wait, and would
+    // delay the first real one by the runner's minimum interval.
+    if (this.#tracker.synced) this.#requestSync();
+  }
+
+  /**
+   * Brings the kernel in line with the tracker's state. Does nothing until
+   * the tracker is synced.
+   *
+   * @throws what the backend threw, after recording the failure
+   */
+  async sync(): Promise<SyncOutcome> {
+    if (!this.#tracker.synced) {
+      logger.debug("Not syncing: waiting for the initial list of every kind");
+      return { kind: "waiting" };
+    }
+    const startedAt = this.#clock.now();
+    const change = this.#tracker.drain();
+    this.#metrics.endpointChangesPending.set(0);
+    this.#metrics.serviceChangesPending.set(0);
+    this.#health.setNodeDeleting(
+      change.state.nodes.get(this.#plannerOptions.nodeName)?.deleting ?? false,
+    );
+    const oldestChangeAt = minDefined(change.oldestChangeAt, this.#pendingChangeAt);
+    this.#pendingChangeAt = undefined;
+
+    let planned: NodePlans;
+    try {
+      planned = this.#plan(change);
+    } catch (error) {
+      this.#needFull = true;
+      this.#pendingChangeAt = oldestChangeAt;
+      this.#metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+      logger.error("Cannot plan the node: {error}", { error });
+      throw error;
+    }
+    let full = this.#needFull || this.#applied === undefined || change.globalChange ||
+      startedAt - this.#lastFullAt >= this.#fullSyncPeriodMs ||
+      !this.#sameHeaders(planned);
+    if (!full && await this.#drifted(startedAt)) full = true;
+
+    const plans = this.#families.map((family) => planned[family]);
+    const previous = this.#applied ? this.#families.map((family) => this.#applied![family]) : [];
+    const changed = new Set<string>();
+    plans.forEach((plan, i) => {
+      const before = previous[i];
+      const ids = before
+        ? changedServicePortIds(before, plan, change.changedServices)
+        : new Set(plan.services.map((service) => service.id));
+      for (const id of ids) changed.add(id);
+    });
+
+    if (!full && changed.size === 0) {
+      this.#health.updated(this.#clock.now());
+      return { kind: "unchanged" };
+    }
+
+    let result: SyncResult;
+    try {
+      result = await this.#backend.sync({ plans, previous, changed, full });
+    } catch (error) {
+      this.#needFull = true;
+      this.#pendingChangeAt = oldestChangeAt;
+      this.#metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+      logger.error("Cannot sync {mode} rules: {error}", { mode: this.#backend.mode, error });
+      throw error;
+    }
+
+    const finishedAt = this.#clock.now();
+    if (this.#applied === undefined) {
+      logger.info("Programmed the initial {mode} rules: {summary}", {
+        mode: this.#backend.mode,
+        summary: result.summary ?? `${changed.size} service ports`,
+      });
+    }
+    this.#applied = planned;
+    this.#needFull = false;
+    if (result.full) {
+      this.#lastFullAt = startedAt;
+      this.#lastDriftCheckAt = startedAt;
+    }
+    this.#health.updated(finishedAt);
+    this.#recordSuccess({ result, startedAt, finishedAt, oldestChangeAt, plans });
+    logger.debug("Synced {mode} rules ({kind}, {changed} changed): {summary}", {
+      mode: this.#backend.mode,
+      kind: result.full ? "full" : "partial",
+      changed: changed.size,
+      summary: result.summary ?? "",
+    });
+    if (this.#afterSync) {
+      try {
+        await this.#afterSync({ previous, plans, changed, full: result.full });
+      } catch (error) {
+        logger.warn("Post-sync step after the {mode} sync failed: {error}", {
+          mode: this.#backend.mode,
+          error,
+        });
+      }
+    }
+    await this.#syncServiceHealth(plans);
+    return { kind: "applied", result, changed };
+  }
+
+  #plan(change: StateChange): NodePlans {
+    const incremental = !this.#replanAll && this.#planned !== undefined;
+    this.#replanAll = true;
+    const planned = planNode({
+      state: change.state,
+      options: this.#plannerOptions,
+      previous: incremental ? this.#planned : undefined,
+      changedServices: incremental ? change.changedServices : undefined,
+      globalChange: change.globalChange,
+    });
+    this.#planned = planned;
+    this.#replanAll = false;
+    return planned;
+  }
+
+  #sameHeaders(planned: NodePlans): boolean {
+    return this.#families.every((family) => {
+      const before = this.#applied?.[family];
+      return before !== undefined && headerKey(before) === headerKey(planned[family]);
+    });
+  }
+
+  async #drifted(now: number): Promise<boolean> {
+    if (!this.#backend.checkDrift || now - this.#lastDriftCheckAt < this.#syncPeriodMs) {
+      return false;
+    }
+    this.#lastDriftCheckAt = now;
+    let drifted: boolean;
+    try {
+      drifted = await this.#backend.checkDrift();
+    } catch (error) {
+      logger.warn("Cannot check {mode} rules for drift, resyncing fully: {error}", {
+        mode: this.#backend.mode,
+        error,
+      });
+      drifted = true;
+    }
+    if (drifted) {
+      this.#metrics.driftRepairsTotal.inc({ mode: this.#backend.mode });
+      logger.warn("The kernel's {mode} rules drifted from what was applied; resyncing fully", {
+        mode: this.#backend.mode,
+      });
+    }
+    return drifted;
+  }
+
+  #recordSuccess(
+    sync: {
+      result: SyncResult;
+      startedAt: number;
+      finishedAt: number;
+      oldestChangeAt?: number;
+      plans: Plan[];
+    },
+  ): void {
+    const metrics = this.#metrics;
+    const seconds = (sync.finishedAt - sync.startedAt) / 1000;
+    metrics.syncProxyRulesDuration.observe(seconds);
+    (sync.result.full ? metrics.syncFullProxyRulesDuration : metrics.syncPartialProxyRulesDuration)
+      .observe(seconds);
+    metrics.syncProxyRulesLastTimestamp.set(sync.finishedAt / 1000);
+    if (sync.oldestChangeAt !== undefined) {
+      metrics.networkProgrammingDuration.observe(
+        Math.max(0, sync.finishedAt - sync.oldestChangeAt) / 1000,
+      );
+    }
+    const noLocal = { internal: new Set<string>(), external: new Set<string>() };
+    for (const plan of sync.plans) {
+      for (const service of plan.services) {
+        if (service.internal.endpoints.length === 0 && service.internal.whenEmpty === "drop") {
+          noLocal.internal.add(service.id);
+        }
+        if (
+          service.externalLocal && service.external.endpoints.length === 0 &&
+          service.external.whenEmpty === "drop"
+        ) {
+          noLocal.external.add(service.id);
+        }
+      }
+    }
+    metrics.noLocalEndpointsTotal.set(noLocal.internal.size, { traffic_policy: "internal" });
+    metrics.noLocalEndpointsTotal.set(noLocal.external.size, { traffic_policy: "external" });
+  }
+
+  async #syncServiceHealth(plans: Plan[]): Promise<void> {
+    if (!this.#serviceHealth) return;
+    const services = new Map<number, ServiceHealthInfo>();
+    for (const plan of plans) {
+      for (const service of plan.services) {
+        if (service.healthCheckNodePort === 0) continue;
+        const known = services.get(service.healthCheckNodePort);
+        services.set(service.healthCheckNodePort, {
+          namespace: service.namespace,
+          name: service.name,
+          localEndpoints: Math.max(known?.localEndpoints ?? 0, service.localReadyEndpoints),
+        });
+      }
+    }
+    try {
+      await this.#serviceHealth.sync(services);
+    } catch (error) {
+      logger.error("Cannot update health check node ports: {error}", { error });
+    }
+  }
+}
+
+function headerKey(plan: Plan): string {
+  return JSON.stringify([
+    plan.family,
+    plan.nodeName,
+    plan.nodePortAddresses,
+    plan.serviceCIDRs,
+    plan.localTraffic,
+  ]);
+}
+
+function minDefined(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return Math.min(a, b);
+}

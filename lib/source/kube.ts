@@ -1,0 +1,502 @@
+/**
+ * The apiserver source: list and watch Services, EndpointSlices, Nodes and
+ * ServiceCIDRs, and report them as raw API JSON.
+ *
+ * client-node's informers are not used: their typed deserializer drops
+ * fields its model lacks (`spec.topologyKeys`), and they do not restart after
+ * errors other than 410 Gone. Instead each resource runs its own list+watch
+ * loop over `fetch`, with the connection settings and credentials of a
+ * client-node `KubeConfig`:
+ *
+ * - list (in pages), then watch from the list's resourceVersion with bookmarks;
+ * - a dropped or ended stream is re-watched from the last resourceVersion seen;
+ * - 410 Gone (an ERROR event or an HTTP 410) relists, then upserts what was
+ *   listed and deletes what vanished;
+ * - a watch silent for longer than the idle timeout is re-established;
+ * - failures (HTTP errors, connection refused) retry with capped exponential
+ *   backoff, keeping the last known state: nothing is deleted because the
+ *   apiserver cannot be reached;
+ * - a resource whose API does not exist (404, ServiceCIDRs on older
+ *   clusters) counts as empty and is looked for again later.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import { KubeConfig } from "@kubernetes/client-node";
+import type { ObjectKind, Source, SourceListener } from "./source.ts";
+import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
+
+const logger = getLogger(["kproxy", "source", "kube"]);
+
+/** Labels that make upstream kube-proxy skip a Service or EndpointSlice. */
+const PROXY_LABEL_SELECTOR =
+  "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+
+interface ResourceSpec {
+  kind: ObjectKind;
+  path: string;
+  labelSelector: string;
+  /** Whether a 404 means "this cluster has no such API" (treated as empty). */
+  optional: boolean;
+}
+
+const RESOURCES: readonly ResourceSpec[] = [
+  {
+    kind: "Service",
+    path: "/api/v1/services",
+    labelSelector: PROXY_LABEL_SELECTOR,
+    optional: false,
+  },
+  {
+    kind: "EndpointSlice",
+    path: "/apis/discovery.k8s.io/v1/endpointslices",
+    labelSelector: PROXY_LABEL_SELECTOR,
+    optional: false,
+  },
+  { kind: "Node", path: "/api/v1/nodes", labelSelector: "", optional: false },
+  {
+    kind: "ServiceCIDR",
+    path: "/apis/networking.k8s.io/v1/servicecidrs",
+    labelSelector: "",
+    optional: true,
+  },
+];
+
+/** Options for {@linkcode KubeSource}. */
+export interface KubeSourceOptions {
+  /** Path of a kubeconfig file; "" for in-cluster config (or `master` alone). */
+  kubeconfig: string;
+  /** The apiserver URL; overrides the kubeconfig's server when not "". */
+  master: string;
+  /** The node kproxy runs on. */
+  nodeName: string;
+  /** Watch networking.k8s.io/v1 ServiceCIDRs. @default {true} */
+  serviceCIDRs?: boolean;
+  /** Re-establish a watch that sent nothing (not even a bookmark) for this long. @default {300000} */
+  watchIdleTimeoutMs?: number;
+  /** `timeoutSeconds` asked of the server on each watch. @default {290} */
+  watchTimeoutSeconds?: number;
+  /** Retry delays after failures. @default {{ initialMs: 1000, maxMs: 30000 }} */
+  backoff?: BackoffOptions;
+  /** Objects per list page (`limit`), 0 for unpaginated lists. @default {500} */
+  listPageSize?: number;
+  /** How often to look again for an API that answered 404. @default {300000} */
+  missingApiRetryMs?: number;
+  /** A ready KubeConfig to use instead of loading one (tests). */
+  kubeConfig?: KubeConfig;
+}
+
+/** A failed request: an HTTP status, or 0 when the server could not be reached. */
+class RequestError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+/** A watch that lasted this long was healthy even if it carried no event. */
+const HEALTHY_WATCH_MS = 10_000;
+
+/** Raised inside a watch to make the loop relist. */
+class GoneError extends Error {}
+
+type Json = Record<string, any>;
+
+function metadataOf(object: Json): Json {
+  return typeof object.metadata === "object" && object.metadata !== null ? object.metadata : {};
+}
+
+function keyOf(object: Json): string {
+  const metadata = metadataOf(object);
+  return `${metadata.namespace ?? ""}/${metadata.name ?? ""}`;
+}
+
+function resourceVersionOf(object: Json): string {
+  const rv = metadataOf(object).resourceVersion;
+  return typeof rv === "string" ? rv : "";
+}
+
+/** What is kept of a known object: enough to report its deletion. */
+function stubOf(object: Json): Json {
+  const { namespace, name, uid, resourceVersion } = metadataOf(object);
+  return {
+    kind: object.kind,
+    apiVersion: object.apiVersion,
+    metadata: { namespace, name, uid, resourceVersion },
+  };
+}
+
+function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  return error.cause instanceof Error
+    ? `${error.message}: ${describe(error.cause)}`
+    : error.message;
+}
+
+/**
+ * Reads the four kinds from an apiserver and follows their changes.
+ *
+ * `start()` emits `upsert` for every listed object, `synced` once every kind
+ * has completed its first list, then upserts and deletes as they happen. It
+ * resolves when the signal aborts. A delete found by a relist carries only
+ * the object's kind, apiVersion and metadata (name, namespace, uid,
+ * resourceVersion): full objects are not kept, to save memory.
+ *
+ * @example Usage
+ * ```ts ignore
+ * import { KubeSource } from "./kube.ts";
+ * const source = new KubeSource({ kubeconfig: "/etc/kproxy/kubeconfig", master: "", nodeName: "node-a" });
+ * const controller = new AbortController();
+ * await source.start((event) => console.log(event.type), controller.signal);
+ * ```
+ */
+export class KubeSource implements Source {
+  readonly #kubeConfig: KubeConfig;
+  readonly #server: string;
+  readonly #resources: readonly ResourceSpec[];
+  readonly #idleMs: number;
+  readonly #timeoutSeconds: number;
+  readonly #backoff: BackoffOptions;
+  readonly #missingRetryMs: number;
+  readonly #pageSize: number;
+  #httpClient?: Deno.HttpClient;
+  #warnedInsecure = false;
+
+  /**
+   * Configures the client: `options.kubeConfig`, else the kubeconfig file,
+   * else in-cluster config when KUBERNETES_SERVICE_HOST is set; `master`
+   * overrides the server.
+   *
+   * @throws {Error} when no apiserver is configured.
+   */
+  constructor(options: KubeSourceOptions) {
+    this.#kubeConfig = options.kubeConfig ?? loadKubeConfig(options);
+    const server = options.master || this.#kubeConfig.getCurrentCluster()?.server || "";
+    if (server === "") {
+      throw new Error(
+        "Cannot configure the apiserver client: no --kubeconfig, --master or in-cluster environment",
+      );
+    }
+    this.#server = server.replace(/\/+$/, "");
+    this.#resources = RESOURCES.filter((r) =>
+      r.kind !== "ServiceCIDR" || options.serviceCIDRs !== false
+    );
+    this.#idleMs = options.watchIdleTimeoutMs ?? 300_000;
+    this.#timeoutSeconds = options.watchTimeoutSeconds ?? 290;
+    this.#backoff = options.backoff ?? { initialMs: 1000, maxMs: 30_000 };
+    this.#missingRetryMs = options.missingApiRetryMs ?? 300_000;
+    this.#pageSize = options.listPageSize ?? 500;
+  }
+
+  /** The apiserver URL in use. */
+  get server(): string {
+    return this.#server;
+  }
+
+  /** Lists and watches every kind until `signal` aborts. */
+  async start(listener: SourceListener, signal: AbortSignal): Promise<void> {
+    const pending = new Set(this.#resources.map((r) => r.kind));
+    const onListed = (kind: ObjectKind) => {
+      if (!pending.delete(kind) || pending.size > 0 || signal.aborted) return;
+      logger.info("Initial lists complete");
+      listener({ type: "synced" });
+    };
+    try {
+      await Promise.all(
+        this.#resources.map((resource) => this.#run(resource, { listener, signal, onListed })),
+      );
+    } finally {
+      this.#httpClient?.close();
+      this.#httpClient = undefined;
+    }
+  }
+
+  /** The list+watch loop of one resource. */
+  async #run(
+    resource: ResourceSpec,
+    context: {
+      listener: SourceListener;
+      signal: AbortSignal;
+      onListed: (kind: ObjectKind) => void;
+    },
+  ): Promise<void> {
+    const { listener, signal } = context;
+    /** Stubs of the objects last reported, by namespace/name. */
+    const known = new Map<string, Json>();
+    const backoff = new Backoff(this.#backoff);
+    let resourceVersion = "";
+    let needList = true;
+    let listed = false;
+    let goneInARow = 0;
+    while (!signal.aborted) {
+      try {
+        if (needList) {
+          const list = await this.#list(resource, signal);
+          if (list === null) {
+            if (!listed) {
+              logger.info("No {kind} API on the apiserver, treating as empty", {
+                kind: resource.kind,
+              });
+            }
+            this.#replace(resource, known, [], listener);
+            listed = true;
+            context.onListed(resource.kind);
+            await sleep(this.#missingRetryMs, signal);
+            continue;
+          }
+          this.#replace(resource, known, list.items, listener);
+          resourceVersion = list.resourceVersion;
+          needList = false;
+          backoff.reset();
+          if (!listed) {
+            listed = true;
+            context.onListed(resource.kind);
+          }
+        }
+        const started = Date.now();
+        const outcome = await this.#watch(resource, resourceVersion, signal, (type, object) => {
+          const rv = resourceVersionOf(object);
+          if (rv !== "") resourceVersion = rv;
+          if (type === "BOOKMARK") return;
+          object.kind ??= resource.kind;
+          const key = keyOf(object);
+          if (type === "DELETED") {
+            if (known.delete(key)) listener({ type: "delete", kind: resource.kind, object });
+          } else {
+            known.set(key, stubOf(object));
+            listener({ type: "upsert", kind: resource.kind, object });
+          }
+        });
+        const healthy = outcome.received || Date.now() - started >= HEALTHY_WATCH_MS;
+        if (healthy) {
+          backoff.reset();
+          goneInARow = 0;
+        }
+        if (outcome.ending === "idle") {
+          logger.warn("Watch of {kind} sent nothing for {ms} ms, re-establishing it", {
+            kind: resource.kind,
+            ms: this.#idleMs,
+          });
+        } else if (!healthy && !signal.aborted) {
+          await sleep(backoff.next(), signal);
+        }
+      } catch (error) {
+        if (signal.aborted) break;
+        if (error instanceof GoneError) {
+          logger.info("Watch of {kind} expired (410 Gone), relisting", { kind: resource.kind });
+          needList = true;
+          if (++goneInARow > 1) await sleep(backoff.next(), signal);
+          continue;
+        }
+        const wait = backoff.next();
+        logger.warn("Cannot {phase} {kind}, retrying in {wait} ms: {error}", {
+          phase: needList ? "list" : "watch",
+          kind: resource.kind,
+          wait,
+          error: describe(error),
+        });
+        await sleep(wait, signal);
+      }
+    }
+  }
+
+  /** Emits upserts for `items` and deletes for known objects not among them. */
+  #replace(
+    resource: ResourceSpec,
+    known: Map<string, Json>,
+    items: Json[],
+    listener: SourceListener,
+  ): void {
+    const seen = new Set<string>();
+    for (const object of items) {
+      const key = keyOf(object);
+      seen.add(key);
+      known.set(key, stubOf(object));
+      listener({ type: "upsert", kind: resource.kind, object });
+    }
+    for (const [key, object] of known) {
+      if (seen.has(key)) continue;
+      known.delete(key);
+      listener({ type: "delete", kind: resource.kind, object });
+    }
+  }
+
+  /** Lists a resource; null when the API does not exist and the resource is optional. */
+  async #list(
+    resource: ResourceSpec,
+    signal: AbortSignal,
+  ): Promise<{ items: Json[]; resourceVersion: string } | null> {
+    const items: Json[] = [];
+    let resourceVersion = "";
+    let continueToken = "";
+    do {
+      const query = new URLSearchParams();
+      if (resource.labelSelector) query.set("labelSelector", resource.labelSelector);
+      if (this.#pageSize > 0) query.set("limit", String(this.#pageSize));
+      if (continueToken !== "") query.set("continue", continueToken);
+      const response = await this.#request(`${resource.path}?${query}`, signal);
+      if (response.status === 404 && resource.optional) {
+        await response.body?.cancel();
+        return null;
+      }
+      if (response.status === 410 && continueToken !== "") {
+        await response.body?.cancel();
+        throw new GoneError("list continuation expired");
+      }
+      if (response.status !== 200) throw await this.#statusError(response);
+      const list = await response.json() as Json;
+      const page = Array.isArray(list.items) ? list.items as Json[] : [];
+      const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
+      for (const item of page) {
+        // Items of a list carry no kind/apiVersion; give them their own for consumers.
+        item.kind ??= resource.kind;
+        if (apiVersion) item.apiVersion ??= apiVersion;
+        items.push(item);
+      }
+      if (continueToken === "") resourceVersion = resourceVersionOf(list);
+      const next = metadataOf(list).continue;
+      continueToken = typeof next === "string" ? next : "";
+    } while (continueToken !== "");
+    return { items, resourceVersion };
+  }
+
+  /**
+   * Watches from `resourceVersion` until the stream ends, fails, or stays
+   * idle too long.
+   *
+   * @throws {GoneError} on 410 Gone; {RequestError} on other failures.
+   */
+  async #watch(
+    resource: ResourceSpec,
+    resourceVersion: string,
+    signal: AbortSignal,
+    onEvent: (type: string, object: Json) => void,
+  ): Promise<{ received: boolean; ending: "end" | "idle" | "aborted" }> {
+    const query = new URLSearchParams({
+      watch: "1",
+      resourceVersion,
+      allowWatchBookmarks: "true",
+      timeoutSeconds: String(this.#timeoutSeconds),
+    });
+    if (resource.labelSelector) query.set("labelSelector", resource.labelSelector);
+    const local = new AbortController();
+    let idle = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        idle = true;
+        local.abort();
+      }, this.#idleMs);
+    };
+    let received = false;
+    try {
+      arm();
+      const response = await this.#request(
+        `${resource.path}?${query}`,
+        AbortSignal.any([signal, local.signal]),
+      );
+      if (response.status === 410) {
+        await response.body?.cancel();
+        throw new GoneError("410 Gone");
+      }
+      if (response.status !== 200 || !response.body) throw await this.#statusError(response);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        arm();
+        buffer += value;
+        let newline: number;
+        while ((newline = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, newline).trim();
+          buffer = buffer.slice(newline + 1);
+          if (line === "") continue;
+          const event = JSON.parse(line) as Json;
+          const type = String(event.type);
+          const object = (event.object ?? {}) as Json;
+          if (type === "ERROR") {
+            if (object.code === 410) throw new GoneError(String(object.message ?? "410 Gone"));
+            throw new RequestError(Number(object.code) || 0, `watch error: ${object.message}`);
+          }
+          received = true;
+          onEvent(type, object);
+        }
+      }
+      return { received, ending: "end" };
+    } catch (error) {
+      if (idle) return { received, ending: "idle" };
+      if (signal.aborted) return { received, ending: "aborted" };
+      throw error;
+    } finally {
+      clearTimeout(timer);
+      local.abort();
+    }
+  }
+
+  async #statusError(response: Response): Promise<RequestError> {
+    let message = "";
+    try {
+      const body = await response.json() as Json;
+      message = typeof body.message === "string" ? body.message : "";
+    } catch {
+      // not a Status object
+    }
+    return new RequestError(
+      response.status,
+      `HTTP ${response.status}${message === "" ? "" : `: ${message}`}`,
+    );
+  }
+
+  async #request(pathAndQuery: string, signal: AbortSignal): Promise<Response> {
+    const options: Json = { headers: {} };
+    if (this.#kubeConfig.getCurrentUser() || this.#kubeConfig.getCurrentCluster()) {
+      await this.#kubeConfig.applyToHTTPSOptions(options);
+    }
+    const headers = new Headers({ Accept: "application/json" });
+    for (const [name, value] of Object.entries(options.headers ?? {})) {
+      headers.set(name, String(value));
+    }
+    const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
+    if (this.#server.startsWith("https:")) init.client = this.#clientFor(options);
+    return await fetch(`${this.#server}${pathAndQuery}`, init);
+  }
+
+  /** A TLS client with the kubeconfig's CA and client certificate, made once. */
+  #clientFor(options: Json): Deno.HttpClient | undefined {
+    if (this.#httpClient) return this.#httpClient;
+    if (options.rejectUnauthorized === false && !this.#warnedInsecure) {
+      this.#warnedInsecure = true;
+      logger.warn("insecure-skip-tls-verify is not supported; verifying the apiserver certificate");
+    }
+    const text = (value: unknown) =>
+      value === undefined || value === null ? undefined : String(value);
+    const ca = text(options.ca);
+    const cert = text(options.cert);
+    const key = text(options.key);
+    if (!ca && !(cert && key)) return undefined;
+    this.#httpClient = cert && key
+      ? Deno.createHttpClient({ caCerts: ca ? [ca] : undefined, cert, key })
+      : Deno.createHttpClient({ caCerts: ca ? [ca] : undefined });
+    return this.#httpClient;
+  }
+}
+
+function loadKubeConfig(options: KubeSourceOptions): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  if (options.kubeconfig !== "") {
+    kubeConfig.loadFromFile(options.kubeconfig);
+  } else if (inCluster()) {
+    kubeConfig.loadFromCluster();
+  }
+  return kubeConfig;
+}
+
+function inCluster(): boolean {
+  try {
+    return (Deno.env.get("KUBERNETES_SERVICE_HOST") ?? "") !== "";
+  } catch {
+    return false;
+  }
+}

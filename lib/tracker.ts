@@ -1,0 +1,404 @@
+/**
+ * The change tracker: source events in, validated state snapshots and the
+ * set of changed services out.
+ *
+ * Like upstream's service and endpoints change trackers, changes are
+ * coalesced per service between drains and a change followed by its revert
+ * is no change at all. Snapshots share structure: the maps handed out by
+ * `drain()` are never mutated afterwards; the tracker copies a map (a
+ * shallow copy of references) only the first time it changes after a drain,
+ * and per-service slice arrays are replaced, never edited.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
+import { serviceKey } from "./model.ts";
+import type { ClusterState, StateChange } from "./state.ts";
+import type { ObjectKind, SourceEvent } from "./source/source.ts";
+import {
+  objectKeyOf,
+  parseEndpointSlice,
+  parseNode,
+  type ParseResult,
+  parseService,
+  parseServiceCIDR,
+} from "./parse.ts";
+
+const logger = getLogger(["kproxy", "tracker"]);
+
+/** Options for {@linkcode Tracker}. */
+export interface TrackerOptions {
+  /** The name of the node kproxy runs on. */
+  nodeName: string;
+  /** Milliseconds since the epoch. @default {Date.now} */
+  clock?: () => number;
+}
+
+/** Structural equality of JSON-like values (plain objects, arrays, primitives). */
+export function deepEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!deepEqual(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const aRecord = a as Record<string, unknown>;
+  const bRecord = b as Record<string, unknown>;
+  const aKeys = Object.keys(aRecord);
+  if (aKeys.length !== Object.keys(bRecord).length) return false;
+  for (const key of aKeys) {
+    if (!Object.hasOwn(bRecord, key) || !deepEqual(aRecord[key], bRecord[key])) return false;
+  }
+  return true;
+}
+
+/** A Map that is copied once before its first write after being shared. */
+class CowMap<K, V> {
+  #map: Map<K, V> = new Map();
+  #shared = false;
+
+  get(key: K): V | undefined {
+    return this.#map.get(key);
+  }
+
+  has(key: K): boolean {
+    return this.#map.has(key);
+  }
+
+  get size(): number {
+    return this.#map.size;
+  }
+
+  values(): IterableIterator<V> {
+    return this.#map.values();
+  }
+
+  set(key: K, value: V): void {
+    this.#writable().set(key, value);
+  }
+
+  delete(key: K): boolean {
+    if (!this.#map.has(key)) return false;
+    return this.#writable().delete(key);
+  }
+
+  /** Hands out the current map; later writes go to a copy. */
+  share(): ReadonlyMap<K, V> {
+    this.#shared = true;
+    return this.#map;
+  }
+
+  #writable(): Map<K, V> {
+    if (this.#shared) {
+      this.#map = new Map(this.#map);
+      this.#shared = false;
+    }
+    return this.#map;
+  }
+}
+
+const EMPTY_STATE: ClusterState = {
+  services: new Map(),
+  slicesByService: new Map(),
+  nodes: new Map(),
+  serviceCIDRs: [],
+};
+
+/**
+ * Tracks validated cluster state and what changed since the last drain.
+ *
+ * @example Usage
+ * ```ts
+ * import { Tracker } from "./tracker.ts";
+ * const tracker = new Tracker({ nodeName: "node-a" });
+ * tracker.apply({ type: "synced" });
+ * const change = tracker.drain();
+ * console.log(change.state.services.size, change.changedServices.size);
+ * ```
+ */
+export class Tracker {
+  readonly #nodeName: string;
+  readonly #clock: () => number;
+  #synced = false;
+
+  readonly #services = new CowMap<ServiceKey, Service>();
+  /** Slices by `namespace/name` of the slice. */
+  readonly #slices = new Map<string, EndpointSlice>();
+  readonly #slicesByService = new CowMap<ServiceKey, readonly EndpointSlice[]>();
+  readonly #nodes = new CowMap<string, Node>();
+  readonly #serviceCIDRs = new Map<string, ServiceCIDR>();
+  #serviceCIDRList: readonly ServiceCIDR[] = [];
+  /** Services with topologyKeys: they depend on the labels of other nodes. */
+  readonly #topologyServices = new Set<ServiceKey>();
+
+  /** The state handed out by the last drain: the "previous" side of every pending change. */
+  #drained: ClusterState = EMPTY_STATE;
+  /** Service keys touched since the last drain, with when they were first touched. */
+  readonly #pending = new Map<ServiceKey, number>();
+  /** Services whose endpoints' node labels changed since the last drain. */
+  readonly #nodeTouched = new Map<ServiceKey, number>();
+  #globalSince: number | undefined;
+  /** Last error logged per object, so a resync of the same bad object logs once. */
+  readonly #loggedErrors = new Map<string, string>();
+
+  /** Creates a tracker for the node named in `options`. */
+  constructor(options: TrackerOptions) {
+    this.#nodeName = options.nodeName;
+    this.#clock = options.clock ?? Date.now;
+  }
+
+  /** True once the source reported that every kind completed its initial list. */
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  /**
+   * Applies one source event.
+   *
+   * Invalid objects are skipped with one warning; the last valid version of
+   * an object stays in effect.
+   *
+   * @returns true when a sync is needed (changes are pending).
+   */
+  apply(event: SourceEvent): boolean {
+    if (event.type === "synced") {
+      this.#synced = true;
+      return true;
+    }
+    const remove = event.type === "delete";
+    switch (event.kind) {
+      case "Service":
+        this.#applyService(event.object, remove);
+        break;
+      case "EndpointSlice":
+        this.#applyEndpointSlice(event.object, remove);
+        break;
+      case "Node":
+        this.#applyNode(event.object, remove);
+        break;
+      case "ServiceCIDR":
+        this.#applyServiceCIDR(event.object, remove);
+        break;
+    }
+    return this.#hasPending();
+  }
+
+  /**
+   * Takes a snapshot of the state and the changes since the last drain, and
+   * starts a new change period.
+   */
+  drain(): StateChange {
+    const state: ClusterState = {
+      services: this.#services.share(),
+      slicesByService: this.#slicesByService.share(),
+      nodes: this.#nodes.share(),
+      serviceCIDRs: this.#serviceCIDRList,
+    };
+    const previous = this.#drained;
+    const changedServices = new Set<ServiceKey>();
+    let serviceChanges = 0;
+    let endpointChanges = 0;
+    let oldest: number | undefined;
+    const observe = (at: number) => {
+      if (oldest === undefined || at < oldest) oldest = at;
+    };
+    for (const [key, at] of this.#pending) {
+      const serviceChanged = !deepEqual(previous.services.get(key), state.services.get(key));
+      const slicesChanged = !deepEqual(
+        previous.slicesByService.get(key),
+        state.slicesByService.get(key),
+      );
+      if (serviceChanged) serviceChanges++;
+      if (slicesChanged) endpointChanges++;
+      if (serviceChanged || slicesChanged) {
+        changedServices.add(key);
+        observe(at);
+      }
+    }
+    for (const [key, at] of this.#nodeTouched) {
+      if (!changedServices.has(key)) endpointChanges++;
+      changedServices.add(key);
+      observe(at);
+    }
+    const globalChange = this.#globalSince !== undefined && this.#globalDiffersFrom(previous);
+    if (globalChange) observe(this.#globalSince!);
+
+    this.#drained = state;
+    this.#pending.clear();
+    this.#nodeTouched.clear();
+    this.#globalSince = undefined;
+    const change: StateChange = {
+      state,
+      changedServices,
+      globalChange,
+      serviceChanges,
+      endpointChanges,
+    };
+    if (oldest !== undefined) change.oldestChangeAt = oldest;
+    return change;
+  }
+
+  #hasPending(): boolean {
+    return this.#pending.size > 0 || this.#nodeTouched.size > 0 ||
+      this.#globalSince !== undefined;
+  }
+
+  #globalDiffersFrom(previous: ClusterState): boolean {
+    return !deepEqual(previous.nodes.get(this.#nodeName), this.#nodes.get(this.#nodeName)) ||
+      !deepEqual(previous.serviceCIDRs, this.#serviceCIDRList);
+  }
+
+  #touchGlobal(): void {
+    this.#globalSince ??= this.#clock();
+    if (!this.#globalDiffersFrom(this.#drained)) this.#globalSince = undefined;
+  }
+
+  /** Parses an upsert; on failure logs once and returns undefined (keep the previous version). */
+  #parse<T>(
+    kind: ObjectKind,
+    object: Record<string, unknown>,
+    parse: (raw: unknown) => ParseResult<T>,
+  ): { value: T } | undefined {
+    const { namespace, name } = objectKeyOf(object);
+    const logKey = `${kind}/${namespace}/${name}`;
+    const result = parse(object);
+    if (result.ok) {
+      this.#loggedErrors.delete(logKey);
+      return { value: result.value };
+    }
+    if (this.#loggedErrors.get(logKey) !== result.error) {
+      this.#loggedErrors.set(logKey, result.error);
+      const key = namespace === "" ? name : `${namespace}/${name}`;
+      logger.warn("Skipping invalid {kind} {key}: {reason}", { kind, key, reason: result.error });
+    }
+    return undefined;
+  }
+
+  #touch(key: ServiceKey): void {
+    if (!this.#pending.has(key)) this.#pending.set(key, this.#clock());
+    if (
+      deepEqual(this.#drained.services.get(key), this.#services.get(key)) &&
+      deepEqual(this.#drained.slicesByService.get(key), this.#slicesByService.get(key))
+    ) {
+      this.#pending.delete(key);
+    }
+  }
+
+  #applyService(object: Record<string, unknown>, remove: boolean): void {
+    const { namespace, name } = objectKeyOf(object);
+    const key = serviceKey(namespace, name);
+    if (remove) {
+      this.#loggedErrors.delete(`Service/${key}`);
+      if (this.#services.delete(key)) {
+        this.#topologyServices.delete(key);
+        this.#touch(key);
+      }
+      return;
+    }
+    const parsed = this.#parse("Service", object, parseService);
+    if (!parsed) return;
+    const service = parsed.value;
+    if (service === null) {
+      if (this.#services.delete(key)) this.#touch(key);
+      this.#topologyServices.delete(key);
+      return;
+    }
+    const current = this.#services.get(key);
+    if (deepEqual(current, service)) return;
+    this.#services.set(key, service);
+    if (service.topologyKeys.length > 0) this.#topologyServices.add(key);
+    else this.#topologyServices.delete(key);
+    this.#touch(key);
+  }
+
+  #applyEndpointSlice(object: Record<string, unknown>, remove: boolean): void {
+    const { namespace, name } = objectKeyOf(object);
+    const sliceKey = `${namespace}/${name}`;
+    if (remove) {
+      this.#loggedErrors.delete(`EndpointSlice/${sliceKey}`);
+      this.#removeSlice(sliceKey);
+      return;
+    }
+    const parsed = this.#parse("EndpointSlice", object, parseEndpointSlice);
+    if (!parsed) return;
+    const slice = parsed.value;
+    if (slice === null) {
+      this.#removeSlice(sliceKey);
+      return;
+    }
+    const current = this.#slices.get(sliceKey);
+    if (deepEqual(current, slice)) return;
+    if (current && current.serviceName !== slice.serviceName) this.#removeSlice(sliceKey);
+    this.#slices.set(sliceKey, slice);
+    const key = serviceKey(namespace, slice.serviceName);
+    const others = (this.#slicesByService.get(key) ?? []).filter((s) => s.name !== name);
+    const group = [...others, slice].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    this.#slicesByService.set(key, group);
+    this.#touch(key);
+  }
+
+  #removeSlice(sliceKey: string): void {
+    const current = this.#slices.get(sliceKey);
+    if (!current) return;
+    this.#slices.delete(sliceKey);
+    const key = serviceKey(current.namespace, current.serviceName);
+    const group = (this.#slicesByService.get(key) ?? []).filter((s) => s.name !== current.name);
+    if (group.length === 0) this.#slicesByService.delete(key);
+    else this.#slicesByService.set(key, group);
+    this.#touch(key);
+  }
+
+  #applyNode(object: Record<string, unknown>, remove: boolean): void {
+    const { name } = objectKeyOf(object);
+    let node: Node | undefined;
+    if (remove) {
+      this.#loggedErrors.delete(`Node//${name}`);
+    } else {
+      const parsed = this.#parse("Node", object, parseNode);
+      if (!parsed) return;
+      node = parsed.value;
+    }
+    const current = this.#nodes.get(name);
+    if (deepEqual(current, node)) return;
+    if (node) this.#nodes.set(name, node);
+    else this.#nodes.delete(name);
+    if (name === this.#nodeName) {
+      this.#touchGlobal();
+    } else if (!deepEqual(current?.labels, node?.labels)) {
+      this.#touchTopologyServicesOn(name);
+    }
+  }
+
+  /** Marks services using topologyKeys that have an endpoint on `nodeName` as changed. */
+  #touchTopologyServicesOn(nodeName: string): void {
+    for (const key of this.#topologyServices) {
+      const slices = this.#slicesByService.get(key) ?? [];
+      if (slices.some((slice) => slice.endpoints.some((ep) => ep.nodeName === nodeName))) {
+        if (!this.#nodeTouched.has(key)) this.#nodeTouched.set(key, this.#clock());
+      }
+    }
+  }
+
+  #applyServiceCIDR(object: Record<string, unknown>, remove: boolean): void {
+    const { name } = objectKeyOf(object);
+    let cidr: ServiceCIDR | undefined;
+    if (remove) {
+      this.#loggedErrors.delete(`ServiceCIDR//${name}`);
+    } else {
+      const parsed = this.#parse("ServiceCIDR", object, parseServiceCIDR);
+      if (!parsed) return;
+      cidr = parsed.value;
+    }
+    if (deepEqual(this.#serviceCIDRs.get(name), cidr)) return;
+    if (cidr) this.#serviceCIDRs.set(name, cidr);
+    else this.#serviceCIDRs.delete(name);
+    this.#serviceCIDRList = [...this.#serviceCIDRs.values()].sort((a, b) =>
+      a.name < b.name ? -1 : a.name > b.name ? 1 : 0
+    );
+    this.#touchGlobal();
+  }
+}

@@ -1,0 +1,10 @@
+import { renderFull } from "../../backends/iptables/render.ts";
+import { benchPlan } from "../../scripts/bench/iptables.ts";
+const n = Number(Deno.args[0] ?? 1000);
+let t = performance.now();
+const s = renderFull(benchPlan(n, 10)).toString();
+console.error("render", (performance.now() - t).toFixed(0));
+t = performance.now();
+renderFull(benchPlan(n, 10)).toString();
+console.error("render2", (performance.now() - t).toFixed(0));
+await Deno.writeTextFile(`/tmp/ipt_full_${n}.txt`, s);

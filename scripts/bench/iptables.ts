@@ -1,0 +1,179 @@
+/**
+ * Benchmarks the iptables mode at scale: time of the first (full) sync and of
+ * a sync after one endpoint change, with the nft and the legacy binaries, each
+ * in a throwaway network namespace (`kp-ipt-bench-*`, deleted afterwards).
+ *
+ * ```sh
+ * deno run --allow-all scripts/bench/iptables.ts 1000 10000
+ * ```
+ *
+ * @module
+ */
+
+import { createIptablesBackend } from "../../backends/iptables/mod.ts";
+import { renderFull } from "../../backends/iptables/render.ts";
+import type { IptablesVariant } from "../../backends/iptables/detect.ts";
+import { defaultConfig } from "../../lib/config.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { HostExecutor, NetnsExecutor } from "../netns.ts";
+
+/** One measurement: a backend variant at one size. */
+export interface BenchRow {
+  backend: string;
+  variant: string;
+  services: number;
+  endpointsPerService: number;
+  /** Rules in the full restore input. */
+  rules: number;
+  /** Rendering the full script, in the process. */
+  renderMs: number;
+  /** First sync: iptables-save, full restore and jump checks. */
+  fullMs: number;
+  /** Sync after one endpoint of one service changed. */
+  partialMs: number;
+}
+
+/** Options of {@linkcode benchIptables}. */
+export interface BenchIptablesOptions {
+  /** Numbers of services to measure. */
+  sizes: number[];
+  endpointsPerService: number;
+  /** @default {["nft", "legacy"]} */
+  variants?: IptablesVariant[];
+}
+
+function endpoint(index: number, port: number): PlanEndpoint {
+  return {
+    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
+    port,
+    nodeName: "node-b",
+    zone: "",
+    isLocal: false,
+    ready: true,
+    serving: true,
+    terminating: false,
+  };
+}
+
+function service(index: number, endpoints: PlanEndpoint[]): ServicePortPlan {
+  const name = `svc-${String(index).padStart(6, "0")}`;
+  const traffic = { endpoints, whenEmpty: "reject" as const, reason: "bench" };
+  return {
+    id: `bench/${name}:http/TCP`,
+    namespace: "bench",
+    name,
+    portName: "http",
+    protocol: "TCP",
+    port: 80,
+    clusterIPs: [`10.96.${(index >> 8) & 255}.${index & 255}`],
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: 0,
+    clusterIPMasquerade: "non-local",
+    internal: traffic,
+    external: traffic,
+    externalLocal: false,
+    localReadyEndpoints: 0,
+  };
+}
+
+/** A plan of `count` ClusterIP services with `perService` remote endpoints each. */
+export function benchPlan(count: number, perService: number, shift = -1): Plan {
+  const services: ServicePortPlan[] = [];
+  for (let i = 0; i < count; i++) {
+    const endpoints: PlanEndpoint[] = [];
+    for (let j = 0; j < perService; j++) {
+      endpoints.push(endpoint(i * perService + j + (i === shift && j === 0 ? 1 << 20 : 0), 8080));
+    }
+    endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
+    services.push(service(i, endpoints));
+  }
+  return {
+    family: "IPv4",
+    nodeName: "node-a",
+    nodePortAddresses: ["192.168.0.10"],
+    serviceCIDRs: ["10.96.0.0/16"],
+    localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
+    services,
+  };
+}
+
+/**
+ * Measures full and one-change partial syncs of the iptables backend at each
+ * size, per variant, inside a fresh network namespace each time. Needs root.
+ */
+export async function benchIptables(options: BenchIptablesOptions): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const host = new HostExecutor();
+  for (const variant of options.variants ?? ["nft", "legacy"]) {
+    for (const size of options.sizes) {
+      const plan = benchPlan(size, options.endpointsPerService);
+      const middle = Math.floor(size / 2);
+      const next = benchPlan(size, options.endpointsPerService, middle);
+      const renderStart = performance.now();
+      const rules = renderFull(plan).ruleCount;
+      const renderMs = performance.now() - renderStart;
+
+      const namespace = `kp-ipt-bench-${crypto.randomUUID().slice(0, 8)}`;
+      const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
+      if (added.code !== 0) {
+        throw new Error(`Cannot create namespace ${namespace}: ${added.stderr}`);
+      }
+      try {
+        const config = defaultConfig("node-a");
+        config.iptables.backend = variant;
+        const backend = createIptablesBackend({
+          executor: new NetnsExecutor({ namespace, inner: host }),
+          config,
+          families: ["IPv4"],
+        });
+        let start = performance.now();
+        await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+        const fullMs = performance.now() - start;
+        start = performance.now();
+        await backend.sync({
+          plans: [next],
+          previous: [plan],
+          changed: new Set([next.services[middle]!.id]),
+          full: false,
+        });
+        const partialMs = performance.now() - start;
+        rows.push({
+          backend: "iptables",
+          variant,
+          services: size,
+          endpointsPerService: options.endpointsPerService,
+          rules,
+          renderMs,
+          fullMs,
+          partialMs,
+        });
+      } finally {
+        await host.run({ program: "ip", args: ["netns", "del", namespace] });
+      }
+    }
+  }
+  return rows;
+}
+
+if (import.meta.main) {
+  const sizes = Deno.args.length > 0 ? Deno.args.map(Number) : [1000, 10000];
+  const rows = await benchIptables({ sizes, endpointsPerService: 10 });
+  console.log("variant  services  eps  rules    render ms  full ms   partial ms");
+  for (const row of rows) {
+    console.log(
+      [
+        row.variant.padEnd(8),
+        String(row.services).padEnd(9),
+        String(row.endpointsPerService).padEnd(4),
+        String(row.rules).padEnd(8),
+        row.renderMs.toFixed(0).padEnd(10),
+        row.fullMs.toFixed(0).padEnd(9),
+        row.partialMs.toFixed(0),
+      ].join(" "),
+    );
+  }
+}

@@ -1,0 +1,284 @@
+/**
+ * Benchmarks the nftables mode at scale, each run in a throwaway network
+ * namespace (`kp-nft-bench-*`, deleted afterwards): the full sync and a sync
+ * after one endpoint change through `createNftablesBackend`, the same with
+ * 10% of the services using session affinity, and the full load of an
+ * upstream-style layout (per service an anonymous `numgen … vmap` to
+ * per-endpoint chains) as a baseline. Needs root and `nft`.
+ *
+ * ```sh
+ * deno run --allow-all scripts/bench/nftables.ts 1000 10000
+ * ```
+ *
+ * @module
+ */
+
+import { createNftablesBackend } from "../../backends/nftables/mod.ts";
+import { renderFull } from "../../backends/nftables/render.ts";
+import { defaultConfig } from "../../lib/config.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { HostExecutor, NetnsExecutor } from "../netns.ts";
+
+/** One measurement: a layout at one size. */
+export interface BenchRow {
+  backend: string;
+  variant: string;
+  services: number;
+  endpointsPerService: number;
+  /** Lines of the full `nft -f` input. */
+  rules: number;
+  /** Rendering the full script, in the process. */
+  renderMs: number;
+  /** Loading the full script (first sync). */
+  fullMs: number;
+  /** Sync after one endpoint of one service changed; NaN when not measured. */
+  partialMs: number;
+}
+
+/** Options of {@linkcode benchNftables}. */
+export interface BenchNftablesOptions {
+  /** Numbers of services to measure. */
+  sizes: number[];
+  endpointsPerService: number;
+  /** Largest size at which the (quadratic) upstream-style baseline is loaded. @default {3000} */
+  baselineMaxServices?: number;
+}
+
+function endpoint(index: number): PlanEndpoint {
+  return {
+    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
+    port: 8080,
+    nodeName: "node-b",
+    zone: "",
+    isLocal: false,
+    ready: true,
+    serving: true,
+    terminating: false,
+  };
+}
+
+function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): ServicePortPlan {
+  const name = `svc-${String(index).padStart(6, "0")}`;
+  const traffic = { endpoints, whenEmpty: "reject" as const, reason: "bench" };
+  return {
+    id: `bench/${name}:http/TCP`,
+    namespace: "bench",
+    name,
+    portName: "http",
+    protocol: "TCP",
+    port: 80,
+    clusterIPs: [`10.${96 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`],
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: affinity ? 10800 : 0,
+    clusterIPMasquerade: "non-local",
+    internal: traffic,
+    external: traffic,
+    externalLocal: false,
+    localReadyEndpoints: 0,
+  };
+}
+
+/**
+ * A plan of `count` ClusterIP services with `perService` remote endpoints;
+ * every `affinityEvery`-th service has session affinity; service `shift` has
+ * its first endpoint replaced (for the one-change sync).
+ */
+export function benchPlan(
+  count: number,
+  perService: number,
+  options: { shift?: number; affinityEvery?: number } = {},
+): Plan {
+  const services: ServicePortPlan[] = [];
+  for (let i = 0; i < count; i++) {
+    const endpoints: PlanEndpoint[] = [];
+    for (let j = 0; j < perService; j++) {
+      endpoints.push(endpoint(i * perService + j + (i === options.shift && j === 0 ? 1 << 22 : 0)));
+    }
+    endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
+    const every = options.affinityEvery ?? 0;
+    services.push(service(i, endpoints, every > 0 && i % every === 0));
+  }
+  return {
+    family: "IPv4",
+    nodeName: "node-a",
+    nodePortAddresses: ["192.168.0.10"],
+    serviceCIDRs: ["10.96.0.0/12"],
+    localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
+    services,
+  };
+}
+
+/** The upstream kube-proxy layout for the same plan: chains per endpoint, an anonymous vmap per service. */
+export function upstreamStyleScript(plan: Plan): string {
+  const lines = [
+    "add table ip kproxy-baseline",
+    "delete table ip kproxy-baseline",
+    "add table ip kproxy-baseline",
+    "add map ip kproxy-baseline service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }",
+    "add chain ip kproxy-baseline nat-prerouting { type nat hook prerouting priority -100 ; }",
+    "add chain ip kproxy-baseline mark-for-masquerade",
+    "add rule ip kproxy-baseline mark-for-masquerade meta mark set meta mark | 0x4000",
+    "add rule ip kproxy-baseline nat-prerouting ip daddr . meta l4proto . th dport vmap @service-ips",
+  ];
+  plan.services.forEach((service, i) => {
+    const chain = `service-${i}`;
+    lines.push(`add chain ip kproxy-baseline ${chain}`);
+    const clusterIP = service.clusterIPs[0]!;
+    lines.push(
+      `add rule ip kproxy-baseline ${chain} ip daddr ${clusterIP} tcp dport ${service.port} ip saddr != 10.244.0.0/16 jump mark-for-masquerade`,
+    );
+    const targets: string[] = [];
+    service.internal.endpoints.forEach((endpoint, j) => {
+      const epChain = `endpoint-${i}-${j}`;
+      lines.push(`add chain ip kproxy-baseline ${epChain}`);
+      lines.push(
+        `add rule ip kproxy-baseline ${epChain} ip saddr ${endpoint.ip} jump mark-for-masquerade`,
+      );
+      lines.push(
+        `add rule ip kproxy-baseline ${epChain} meta l4proto tcp dnat to ${endpoint.ip}:${endpoint.port}`,
+      );
+      targets.push(`${j} : goto ${epChain}`);
+    });
+    lines.push(
+      `add rule ip kproxy-baseline ${chain} numgen random mod ${targets.length} vmap { ${
+        targets.join(" , ")
+      } }`,
+    );
+    lines.push(
+      `add element ip kproxy-baseline service-ips { ${clusterIP} . tcp . ${service.port} : goto ${chain} }`,
+    );
+  });
+  return lines.join("\n") + "\n";
+}
+
+async function inNamespace<T>(
+  host: HostExecutor,
+  fn: (namespace: string) => Promise<T>,
+): Promise<T> {
+  const namespace = `kp-nft-bench-${crypto.randomUUID().slice(0, 8)}`;
+  const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
+  if (added.code !== 0) throw new Error(`Cannot create namespace ${namespace}: ${added.stderr}`);
+  try {
+    return await fn(namespace);
+  } finally {
+    await host.run({ program: "ip", args: ["netns", "del", namespace] });
+  }
+}
+
+async function benchBackend(
+  host: HostExecutor,
+  variant: string,
+  size: number,
+  perService: number,
+  affinityEvery: number,
+): Promise<BenchRow> {
+  const plan = benchPlan(size, perService, { affinityEvery });
+  const middle = Math.floor(size / 2);
+  const next = benchPlan(size, perService, { affinityEvery, shift: middle });
+  const renderStart = performance.now();
+  const rules = renderFull(plan).length;
+  const renderMs = performance.now() - renderStart;
+  return await inNamespace(host, async (namespace) => {
+    const backend = createNftablesBackend({
+      executor: new NetnsExecutor({ namespace, inner: host }),
+      config: defaultConfig("node-a"),
+      families: ["IPv4"],
+    });
+    let start = performance.now();
+    await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+    const fullMs = performance.now() - start;
+    start = performance.now();
+    await backend.sync({
+      plans: [next],
+      previous: [plan],
+      changed: new Set([next.services[middle]!.id]),
+      full: false,
+    });
+    const partialMs = performance.now() - start;
+    return {
+      backend: "nftables",
+      variant,
+      services: size,
+      endpointsPerService: perService,
+      rules,
+      renderMs,
+      fullMs,
+      partialMs,
+    };
+  });
+}
+
+async function benchBaseline(
+  host: HostExecutor,
+  size: number,
+  perService: number,
+): Promise<BenchRow> {
+  const plan = benchPlan(size, perService);
+  const renderStart = performance.now();
+  const script = upstreamStyleScript(plan);
+  const renderMs = performance.now() - renderStart;
+  return await inNamespace(host, async (namespace) => {
+    const start = performance.now();
+    const result = await host.run({
+      program: "ip",
+      args: ["netns", "exec", namespace, "nft", "-f", "-"],
+      stdin: script,
+      timeoutMs: 600_000,
+    });
+    if (result.code !== 0) {
+      throw new Error(`Cannot load the upstream-style baseline: ${result.stderr}`);
+    }
+    return {
+      backend: "nftables",
+      variant: "upstream-style",
+      services: size,
+      endpointsPerService: perService,
+      rules: script.split("\n").length - 1,
+      renderMs,
+      fullMs: performance.now() - start,
+      partialMs: Number.NaN,
+    };
+  });
+}
+
+/**
+ * Measures, at each size: kproxy's layout (full and one-change syncs), the
+ * same with 10% affinity services, and the upstream-style baseline (full
+ * load, up to `baselineMaxServices`). Needs root.
+ */
+export async function benchNftables(options: BenchNftablesOptions): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const host = new HostExecutor();
+  const perService = options.endpointsPerService;
+  for (const size of options.sizes) {
+    rows.push(await benchBackend(host, "kproxy", size, perService, 0));
+    rows.push(await benchBackend(host, "kproxy-affinity-10%", size, perService, 10));
+    if (size <= (options.baselineMaxServices ?? 3000)) {
+      rows.push(await benchBaseline(host, size, perService));
+    }
+  }
+  return rows;
+}
+
+if (import.meta.main) {
+  const sizes = Deno.args.length > 0 ? Deno.args.map(Number) : [1000, 10000];
+  const rows = await benchNftables({ sizes, endpointsPerService: 10 });
+  console.log("variant              services  eps  lines    render ms  full ms   partial ms");
+  for (const row of rows) {
+    console.log(
+      [
+        row.variant.padEnd(20),
+        String(row.services).padEnd(9),
+        String(row.endpointsPerService).padEnd(4),
+        String(row.rules).padEnd(8),
+        row.renderMs.toFixed(0).padEnd(10),
+        row.fullMs.toFixed(0).padEnd(9),
+        Number.isNaN(row.partialMs) ? "-" : row.partialMs.toFixed(0),
+      ].join(" "),
+    );
+  }
+}

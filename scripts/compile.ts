@@ -1,0 +1,102 @@
+/**
+ * `deno task compile`: builds kproxy executables for Linux x86_64, Linux
+ * aarch64 and Windows x86_64 with their permissions baked in.
+ *
+ * A compiled executable cannot take new permission flags at run time, so the
+ * apiservers it may reach are named at build time (`--apiserver=host:port`,
+ * repeatable); every other permission is the fixed narrow set of
+ * `lib/permissions.ts`. `deno compile` needs the target's runtime (denort): it
+ * is used from the Deno cache when present, and this script says so clearly
+ * when it is not (an offline machine cannot download it).
+ *
+ * Usage: deno task compile [--apiserver=HOST:PORT ...] [--target=TRIPLE ...]
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { denoFlags, permissionsFor, SERVICE_ACCOUNT_DIR } from "../lib/permissions.ts";
+
+/** Build targets and where their configuration lives on the node. */
+export const TARGETS = {
+  "x86_64-unknown-linux-gnu": { windows: false },
+  "aarch64-unknown-linux-gnu": { windows: false },
+  "x86_64-pc-windows-msvc": { windows: true },
+} as const;
+
+type Target = keyof typeof TARGETS;
+
+/** The `deno compile` arguments for one target. */
+export function compileArgs(target: Target, apiservers: string[]): string[] {
+  const windows = TARGETS[target].windows;
+  const permissions = permissionsFor({
+    mode: windows ? "kernelspace" : "nftables",
+    allModes: !windows,
+    apiservers,
+    listen: ["0.0.0.0:10256", "127.0.0.1:10249"],
+    healthCheckBindHost: "0.0.0.0",
+    read: windows
+      ? ["C:\\etc\\kproxy", "C:\\var\\lib\\kproxy"]
+      : ["/etc/kproxy", "/var/lib/kproxy", SERVICE_ACCOUNT_DIR],
+  });
+  const output = `dist/kproxy-${target}${windows ? ".exe" : ""}`;
+  return ["compile", ...denoFlags(permissions), "--target", target, "--output", output, "main.ts"];
+}
+
+function denoDir(): string {
+  const explicit = Deno.env.get("DENO_DIR");
+  if (explicit) return explicit;
+  const cache = Deno.env.get("XDG_CACHE_HOME") ?? `${Deno.env.get("HOME") ?? "/root"}/.cache`;
+  return `${cache}/deno`;
+}
+
+/** Path where `deno compile` looks for the cached runtime of a target. */
+export function cachedRuntimePath(target: Target): string {
+  return `${denoDir()}/dl/release/v${Deno.version.deno}/denort-${target}.zip`;
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      apiserver: { type: "string", multiple: true, default: [] },
+      target: { type: "string", multiple: true, default: Object.keys(TARGETS) },
+    },
+  });
+  let built = 0;
+  for (const target of values.target as Target[]) {
+    if (!(target in TARGETS)) {
+      console.error(
+        `compile: unknown --target "${target}" (one of ${Object.keys(TARGETS).join(", ")})`,
+      );
+      Deno.exit(2);
+    }
+    const runtime = cachedRuntimePath(target);
+    if (!exists(runtime)) {
+      console.error(
+        `compile: ${target}: no cached Deno runtime at ${runtime}; deno compile would download it, ` +
+          "which this machine cannot. Copy denort-" + target + ".zip there, or use " +
+          "'deno task bundle' (dist/kproxy.js) with scripts/launch.ts.",
+      );
+      continue;
+    }
+    const args = compileArgs(target, values.apiserver as string[]);
+    console.error(`compile: deno ${args.join(" ")}`);
+    const { code } = await new Deno.Command(Deno.execPath(), { args }).spawn().status;
+    if (code !== 0) Deno.exit(code);
+    built++;
+  }
+  if (built === 0) {
+    console.error("compile: no executable built (no cached runtime for any target)");
+    Deno.exit(1);
+  }
+}

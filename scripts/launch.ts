@@ -1,0 +1,51 @@
+/**
+ * Runs the bundled kproxy (`dist/kproxy.js`, from `deno task bundle`) with the
+ * narrowest permissions its configuration allows: it parses the same flags,
+ * finds the apiserver and the files it must read, and starts
+ * `deno run --allow-run=… --allow-net=host:port,… dist/kproxy.js ARGS`.
+ *
+ * Usage: `deno run --allow-read --allow-env --allow-sys=hostname --allow-run=deno scripts/launch.ts [kproxy flags]`
+ * Add `--print-flags` to print the computed flags instead of running.
+ *
+ * @module
+ */
+
+import { ConfigError, parseCommandLine } from "../lib/config.ts";
+import { denoFlags, permissionInputFor, permissionsFor } from "../lib/permissions.ts";
+
+const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
+
+/** Computes the `deno run` argument vector that runs the bundle with exact permissions. */
+export function launchArgs(argv: string[]): string[] {
+  const { config } = parseCommandLine(argv, {
+    readTextFile: (path) => Deno.readTextFileSync(path),
+    hostname: () => Deno.hostname(),
+  });
+  const input = permissionInputFor(config, {
+    readTextFile: (path) => Deno.readTextFileSync(path),
+    getEnv: (name) => Deno.env.get(name),
+  });
+  return ["run", ...denoFlags(permissionsFor(input)), bundle, ...argv];
+}
+
+if (import.meta.main) {
+  const printOnly = Deno.args.includes("--print-flags");
+  const argv = Deno.args.filter((arg) => arg !== "--print-flags");
+  let args: string[];
+  try {
+    args = launchArgs(argv);
+  } catch (error) {
+    const message = error instanceof ConfigError || error instanceof Error ? error.message : error;
+    console.error(`kproxy launch: ${message}`);
+    Deno.exit(2);
+  }
+  if (printOnly) {
+    console.log(["deno", ...args].join(" "));
+    Deno.exit(0);
+  }
+  const child = new Deno.Command(Deno.execPath(), { args, stdin: "inherit" }).spawn();
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => child.kill(signal));
+  }
+  Deno.exit((await child.status).code);
+}

@@ -1,0 +1,315 @@
+import assert from "node:assert/strict";
+import { RecordingBackend } from "../../backends/recording.ts";
+import { main, type RunningApp } from "../../lib/app.ts";
+
+/** Inherited environment, minus Rust backtraces (the test environment sets RUST_BACKTRACE=1). */
+const QUIET_ENV = { RUST_BACKTRACE: "0" };
+
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
+
+const MANIFESTS = `
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+spec:
+  podCIDRs: ["10.244.0.0/24"]
+status:
+  addresses: [{type: InternalIP, address: 192.168.1.10}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.0.5]
+  conditions: {ready: true}
+  nodeName: node-a
+`;
+
+async function withManifests<T>(fn: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await Deno.makeTempDir({ prefix: "kp-shell-" });
+  try {
+    await Deno.writeTextFile(`${dir}/web.yaml`, MANIFESTS);
+    return await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Runs main.ts as `deno task plan` does: read-only permissions, no root needed. */
+async function kproxy(
+  ...args: string[]
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "--allow-read", "--allow-env", "--ignore-env", MAIN, ...args],
+    env: QUIET_ENV,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return {
+    code: output.code,
+    stdout: decoder.decode(output.stdout),
+    stderr: decoder.decode(output.stderr),
+  };
+}
+
+Deno.test("main.ts --help prints usage and exits 0", async () => {
+  const result = await kproxy("--help");
+  assert.equal(result.code, 0, result.stderr);
+  assert.match(result.stdout, /^Usage:$/m);
+  assert.match(result.stdout, /--proxy-mode/);
+});
+
+Deno.test("main.ts --version prints the version from deno.json", async () => {
+  const { version } = JSON.parse(
+    await Deno.readTextFile(new URL("../../deno.json", import.meta.url)),
+  );
+  const result = await kproxy("--version");
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(
+    result.stdout,
+    `kproxy ${version} (deno ${Deno.version.deno}, ${Deno.build.target})\n`,
+  );
+});
+
+Deno.test("main.ts exits 2 naming the bad flag or field", async (t) => {
+  const cases: [string[], RegExp][] = [
+    [["--no-such-flag"], /^kproxy: .*--no-such-flag/],
+    [["--iptables-sync-period=soon"], /^kproxy: .*--iptables-sync-period/],
+    [["--cluster-cidr=10.0.0.0/33"], /^kproxy: .*--cluster-cidr/],
+    [["--proxy-mode=userspace"], /^kproxy: .*--proxy-mode/],
+  ];
+  for (const [args, message] of cases) {
+    await t.step(args.join(" "), async () => {
+      const result = await kproxy(...args);
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, message);
+      assert.equal(result.stdout, "");
+    });
+  }
+});
+
+Deno.test("main.ts plan prints both families' plans as sorted JSON", async () => {
+  await withManifests(async (dir) => {
+    const result = await kproxy("plan", "--manifests", dir, "--hostname-override", "node-a");
+    assert.equal(result.code, 0, result.stderr);
+    const plans = JSON.parse(result.stdout);
+    assert.deepEqual(Object.keys(plans), ["ipv4", "ipv6"]);
+    assert.equal(plans.ipv4.nodeName, "node-a");
+    assert.deepEqual(plans.ipv4.services.map((s: { id: string }) => s.id), [
+      "default/web:http/TCP",
+    ]);
+    assert.deepEqual(plans.ipv6.services, []);
+    const keys = Object.keys(plans.ipv4.services[0]);
+    assert.deepEqual(keys, [...keys].sort());
+  });
+});
+
+Deno.test("main.ts plan against the bundled manifests", {
+  ignore: !existsSync(new URL("../../scripts/manifests", import.meta.url)),
+}, async () => {
+  const dir = new URL("../../scripts/manifests", import.meta.url).pathname;
+  const result = await kproxy("plan", "--manifests", dir, "--hostname-override", "node-a");
+  assert.equal(result.code, 0, result.stderr);
+  assert.ok(JSON.parse(result.stdout).ipv4.services.length > 0);
+});
+
+async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`Condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+function existsSync(url: URL): boolean {
+  try {
+    Deno.statSync(url);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test("main() runs the proxy in-process: syncs, serves health and metrics, stops on abort", async () => {
+  await withManifests(async (dir) => {
+    const backend = new RecordingBackend({ mode: "nftables" });
+    const controller = new AbortController();
+    const stderr: string[] = [];
+    let app: RunningApp | undefined;
+    let onStarted = () => {};
+    const started = new Promise<void>((resolve) => (onStarted = resolve));
+    const exitCode = main([
+      "--manifests",
+      dir,
+      "--hostname-override",
+      "node-a",
+      "--healthz-bind-address=127.0.0.1:0",
+      "--metrics-bind-address=127.0.0.1:0",
+    ], {
+      backend,
+      signal: controller.signal,
+      handleSignals: false,
+      setupLogging: false,
+      serviceHealthHostname: "127.0.0.1",
+      io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+      onStarted: (running) => {
+        app = running;
+        onStarted();
+      },
+    });
+    await started;
+    try {
+      await waitFor(() => backend.applied.length > 0, 5_000);
+      assert.equal(backend.requests[0]?.full, true);
+      assert.deepEqual([...backend.requests[0]!.changed], ["default/web:http/TCP"]);
+      assert.ok(app?.proxier.lastSynced);
+
+      const healthPort = app!.healthServer!.addr.port;
+      const healthz = await fetch(`http://127.0.0.1:${healthPort}/healthz`);
+      assert.equal(healthz.status, 200);
+      assert.equal((await healthz.json()).nodeEligible, true);
+
+      const metricsPort = app!.metricsServer!.addr.port;
+      const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      assert.match(metrics, /^kubeproxy_sync_full_proxy_rules_duration_seconds_count 1$/m);
+
+      await Deno.writeTextFile(
+        `${dir}/web.yaml`,
+        MANIFESTS.replace("- addresses: [10.244.0.5]", "- addresses: [10.244.0.6]"),
+      );
+      await waitFor(() => backend.applied.length >= 2, 10_000);
+      const partial = backend.requests[1]!;
+      assert.equal(partial.full, false);
+      assert.deepEqual([...partial.changed], ["default/web:http/TCP"]);
+      assert.deepEqual(
+        partial.plans[0]?.services[0]?.internal.endpoints.map((e) => e.ip),
+        ["10.244.0.6"],
+      );
+    } finally {
+      controller.abort();
+    }
+    assert.equal(await exitCode, 0, stderr.join(""));
+    assert.equal(backend.cleanups, 0);
+  });
+});
+
+Deno.test("main() --cleanup cleans up the selected backend and exits 0", async () => {
+  const backend = new RecordingBackend({ mode: "iptables" });
+  const code = await main(["--cleanup", "--proxy-mode=iptables", "--hostname-override=node-a"], {
+    backend,
+    setupLogging: false,
+    io: { stdout: () => {}, stderr: () => {} },
+  });
+  assert.equal(code, 0);
+  assert.equal(backend.cleanups, 1);
+});
+
+function canRunKernelTests(tools: string[]): string | undefined {
+  if (Deno.build.os !== "linux" || Deno.uid() !== 0) return "needs root on Linux";
+  for (const tool of ["ip", ...tools]) {
+    const found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].some((dir) =>
+      existsSync(new URL(`file://${dir}/${tool}`))
+    );
+    if (!found) return `${tool} is not installed`;
+  }
+  return undefined;
+}
+
+async function inNamespace(ns: string, ...args: string[]): Promise<string> {
+  const output = await new Deno.Command("ip", { args: ["netns", "exec", ns, ...args] }).output();
+  if (!output.success) {
+    throw new Error(
+      `Cannot run ${args.join(" ")} in ${ns}: ${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return new TextDecoder().decode(output.stdout);
+}
+
+/** How to read one mode's rules in a namespace and what shows the demo service is there. */
+const KERNEL_MODES: { mode: string; tools: string[]; dump: string[]; programmed: RegExp }[] = [
+  {
+    mode: "iptables",
+    tools: ["iptables-save", "iptables-restore"],
+    dump: ["iptables-save"],
+    programmed: /-d 10\.96\.0\.10\/32 .*--dport 80/,
+  },
+  {
+    mode: "nftables",
+    tools: ["nft"],
+    dump: ["nft", "list", "ruleset"],
+    programmed: /10\.96\.0\.10 \. tcp \. 80/,
+  },
+];
+
+for (const { mode, tools, dump, programmed } of KERNEL_MODES) {
+  const skip = canRunKernelTests(tools);
+  if (skip) console.log(`Skipping the ${mode} kernel e2e test of main.ts: ${skip}`);
+  Deno.test({
+    name:
+      `main.ts runs in ${mode} mode, leaves its rules on SIGTERM and removes them with --cleanup`,
+    ignore: skip !== undefined,
+    async fn() {
+      const ns = `kp-shell-${crypto.randomUUID().slice(0, 8)}`;
+      await new Deno.Command("ip", { args: ["netns", "add", ns] }).output();
+      try {
+        await inNamespace(ns, "ip", "link", "set", "lo", "up");
+        await withManifests(async (dir) => {
+          const flags = [
+            `--proxy-mode=${mode}`,
+            "--manifests",
+            dir,
+            "--hostname-override=node-a",
+            "--healthz-bind-address=127.0.0.1:0",
+            "--metrics-bind-address=127.0.0.1:0",
+          ];
+          const kproxyInNamespace = (...args: string[]) =>
+            new Deno.Command("ip", {
+              args: ["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN, ...args],
+              env: QUIET_ENV,
+              stdout: "piped",
+              stderr: "piped",
+            });
+          const child = kproxyInNamespace(...flags).spawn();
+          const output = child.output();
+          try {
+            const deadline = Date.now() + 15_000;
+            while (!programmed.test(await inNamespace(ns, ...dump))) {
+              if (Date.now() > deadline) throw new Error("kproxy did not program the service");
+              await new Promise((resolve) => setTimeout(resolve, 100));
+            }
+          } catch (error) {
+            child.kill("SIGKILL");
+            const { stderr } = await output;
+            throw new Error(`${error}: ${new TextDecoder().decode(stderr)}`);
+          }
+          child.kill("SIGTERM");
+          const { code, stderr } = await output;
+          assert.equal(code, 0, new TextDecoder().decode(stderr));
+          assert.match(await inNamespace(ns, ...dump), programmed);
+
+          const cleanup = await kproxyInNamespace("--cleanup", ...flags).output();
+          assert.equal(cleanup.code, 0, new TextDecoder().decode(cleanup.stderr));
+          assert.doesNotMatch(await inNamespace(ns, ...dump), /10\.96\.0\.10/);
+        });
+      } finally {
+        await new Deno.Command("ip", { args: ["netns", "del", ns] }).output();
+      }
+    },
+  });
+}

@@ -1,0 +1,3 @@
+
+$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints) }
+ConvertTo-Json -Compress -Depth 8 -InputObject $KpList

@@ -1,0 +1,119 @@
+$ErrorActionPreference = 'Stop'
+if (-not ('KProxy.Hcn' -as [type])) {
+Add-Type -TypeDefinition @'
+using System;
+using System.Runtime.InteropServices;
+namespace KProxy {
+public static class Hcn {
+  const string Dll = "computenetwork.dll";
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateNetworks(string query, out IntPtr networks, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenNetwork(ref Guid id, out IntPtr network, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryNetworkProperties(IntPtr network, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseNetwork(IntPtr network);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateEndpoints(string query, out IntPtr endpoints, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenEndpoint(ref Guid id, out IntPtr endpoint, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryEndpointProperties(IntPtr endpoint, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnCreateEndpoint(IntPtr network, ref Guid id, string settings, out IntPtr endpoint, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnDeleteEndpoint(ref Guid id, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseEndpoint(IntPtr endpoint);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnEnumerateLoadBalancers(string query, out IntPtr balancers, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnOpenLoadBalancer(ref Guid id, out IntPtr balancer, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnQueryLoadBalancerProperties(IntPtr balancer, string query, out IntPtr properties, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnCreateLoadBalancer(ref Guid id, string settings, out IntPtr balancer, out IntPtr error);
+  [DllImport(Dll, CharSet = CharSet.Unicode)] static extern int HcnDeleteLoadBalancer(ref Guid id, out IntPtr error);
+  [DllImport(Dll)] static extern int HcnCloseLoadBalancer(IntPtr balancer);
+
+  static string Take(IntPtr text) {
+    if (text == IntPtr.Zero) return "";
+    string value = Marshal.PtrToStringUni(text);
+    Marshal.FreeCoTaskMem(text);
+    return value;
+  }
+  static void Check(int hr, IntPtr error, string what) {
+    string detail = Take(error);
+    if (hr != 0) throw new Exception(what + " failed (0x" + hr.ToString("X8") + "): " + detail);
+  }
+  public static string EnumerateNetworks(string query) { IntPtr list, e; Check(HcnEnumerateNetworks(query, out list, out e), e, "HcnEnumerateNetworks"); return Take(list); }
+  public static string EnumerateEndpoints(string query) { IntPtr list, e; Check(HcnEnumerateEndpoints(query, out list, out e), e, "HcnEnumerateEndpoints"); return Take(list); }
+  public static string EnumerateLoadBalancers(string query) { IntPtr list, e; Check(HcnEnumerateLoadBalancers(query, out list, out e), e, "HcnEnumerateLoadBalancers"); return Take(list); }
+  public static string QueryNetwork(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenNetwork(ref g, out h, out e), e, "HcnOpenNetwork");
+    try { Check(HcnQueryNetworkProperties(h, query, out p, out e), e, "HcnQueryNetworkProperties"); return Take(p); } finally { HcnCloseNetwork(h); }
+  }
+  public static string QueryEndpoint(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenEndpoint(ref g, out h, out e), e, "HcnOpenEndpoint");
+    try { Check(HcnQueryEndpointProperties(h, query, out p, out e), e, "HcnQueryEndpointProperties"); return Take(p); } finally { HcnCloseEndpoint(h); }
+  }
+  public static string QueryLoadBalancer(string id, string query) {
+    Guid g = new Guid(id); IntPtr h, p, e;
+    Check(HcnOpenLoadBalancer(ref g, out h, out e), e, "HcnOpenLoadBalancer");
+    try { Check(HcnQueryLoadBalancerProperties(h, query, out p, out e), e, "HcnQueryLoadBalancerProperties"); return Take(p); } finally { HcnCloseLoadBalancer(h); }
+  }
+  public static void CreateEndpoint(string networkId, string id, string settings) {
+    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e;
+    Check(HcnOpenNetwork(ref n, out net, out e), e, "HcnOpenNetwork");
+    try { Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint"); HcnCloseEndpoint(h); } finally { HcnCloseNetwork(net); }
+  }
+  public static void DeleteEndpoint(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteEndpoint(ref g, out e), e, "HcnDeleteEndpoint"); }
+  public static void CreateLoadBalancer(string id, string settings) {
+    Guid g = new Guid(id); IntPtr h, e;
+    Check(HcnCreateLoadBalancer(ref g, settings, out h, out e), e, "HcnCreateLoadBalancer");
+    HcnCloseLoadBalancer(h);
+  }
+  public static void DeleteLoadBalancer(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteLoadBalancer(ref g, out e), e, "HcnDeleteLoadBalancer"); }
+}
+}
+'@
+}
+$KpQuery = '{"SchemaVersion":{"Major":2,"Minor":0},"Flags":0}'
+$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); errors = @() }
+function ConvertFrom-KpList([string] $Text) { if ($Text -eq '') { return }; $items = ConvertFrom-Json $Text; foreach ($item in $items) { $item } }
+function Get-KpLoadBalancers { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateLoadBalancers($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryLoadBalancer([string]$id, $KpQuery)) } }
+function Get-KpEndpoints { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateEndpoints($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryEndpoint([string]$id, $KpQuery)) } }
+function Remove-KpLoadBalancer([string] $Id) {
+  try { [KProxy.Hcn]::DeleteLoadBalancer($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Remove-KpEndpoint([string] $Id) {
+  try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
+  $parts = $Prefix.Split('/')
+  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
+  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
+  if ($a.Length -ne $b.Length) { return $false }
+  $bits = [int]$parts[1]
+  for ($i = 0; $i -lt $a.Length; $i++) {
+    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
+    $mask = (0xFF -shl (8 - $take)) -band 0xFF
+    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
+  }
+  return $true
+}
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
+  if ($KpNetwork.Type -eq 'Overlay') {
+    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
+    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
+    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
+  }
+  try {
+    [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
+    $KpResult.createdEndpoints += $Id
+  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds) {
+  $endpointIds = @($RemoteIds)
+  foreach ($ip in $LocalIps) {
+    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip }
+  }
+  if ($endpointIds.Count -eq 0) { $KpResult.skipped += $Id; return }
+  $mapping = [ordered]@{ Protocol = $Protocol; InternalPort = $InternalPort; ExternalPort = $ExternalPort; DistributionType = $Distribution; Flags = $PortFlags }
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; HostComputeEndpoints = @($endpointIds); SourceVIP = $SourceVip; FrontendVIPs = @($Vips); PortMappings = @($mapping); Flags = $Flags }
+  if ($SourceVip -eq '') { $settings.Remove('SourceVIP') }
+  try {
+    [KProxy.Hcn]::CreateLoadBalancer($Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
+    $KpResult.createdLoadBalancers += $Id
+  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}

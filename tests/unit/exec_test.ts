@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import {
+  ALL_PROGRAMS,
+  CommandError,
+  DenoExecutor,
+  FakeExecutor,
+  runChecked,
+} from "../../lib/exec.ts";
+import { readSysctl, setSysctls } from "../../lib/sysctl.ts";
+
+const shellExecutor = new DenoExecutor({ allowedPrograms: ["sh", "cat", "kp-no-such-program"] });
+
+Deno.test("DenoExecutor.run() refuses a program outside the allow-list without spawning", async () => {
+  const marker = await Deno.makeTempFile();
+  await Deno.remove(marker);
+  const executor = new DenoExecutor({ allowedPrograms: ["nft"] });
+  await assert.rejects(
+    executor.run({ program: "touch", args: [marker] }),
+    (e: unknown) =>
+      e instanceof CommandError && /not in the allowed programs/.test(e.message) &&
+      e.result === undefined,
+  );
+  await assert.rejects(Deno.stat(marker), Deno.errors.NotFound);
+});
+
+Deno.test("DenoExecutor.run() pipes stdin and captures stdout", async () => {
+  const result = await shellExecutor.run({ program: "cat", args: [], stdin: "hello\nworld\n" });
+  assert.deepEqual(result, { code: 0, stdout: "hello\nworld\n", stderr: "" });
+});
+
+Deno.test("DenoExecutor.run() returns a non-zero exit as a result with stderr", async () => {
+  const result = await shellExecutor.run({
+    program: "sh",
+    args: ["-c", "echo oops >&2; exit 3"],
+  });
+  assert.deepEqual(result, { code: 3, stdout: "", stderr: "oops\n" });
+});
+
+Deno.test("DenoExecutor.run() passes arguments without a shell", async () => {
+  const result = await shellExecutor.run({
+    program: "sh",
+    args: ["-c", 'printf "%s|" "$@"', "sh", "a b", "$HOME", ";rm"],
+  });
+  assert.equal(result.stdout, "a b|$HOME|;rm|");
+});
+
+Deno.test("DenoExecutor.run() kills a program after its timeout", async () => {
+  const started = Date.now();
+  await assert.rejects(
+    shellExecutor.run({ program: "sh", args: ["-c", "exec sleep 10"], timeoutMs: 100 }),
+    (e: unknown) =>
+      e instanceof CommandError && /killed after 100 ms timeout/.test(e.message) &&
+      e.result !== undefined,
+  );
+  assert.ok(Date.now() - started < 5000);
+});
+
+Deno.test("DenoExecutor.run() reports a missing binary clearly", async () => {
+  await assert.rejects(
+    shellExecutor.run({ program: "kp-no-such-program", args: [] }),
+    (e: unknown) =>
+      e instanceof CommandError && e.message.includes("kp-no-such-program") &&
+      /not found/.test(e.message),
+  );
+});
+
+Deno.test("runChecked() throws with stderr on a non-zero exit and returns on success", async () => {
+  await assert.rejects(
+    runChecked(shellExecutor, { program: "sh", args: ["-c", "echo bad rule >&2; exit 1"] }),
+    (e: unknown) =>
+      e instanceof CommandError && e.message.includes("bad rule") &&
+      e.message.includes("exit status 1") && e.result?.code === 1,
+  );
+  const ok = await runChecked(shellExecutor, { program: "sh", args: ["-c", "echo fine"] });
+  assert.equal(ok.stdout, "fine\n");
+});
+
+Deno.test("FakeExecutor records calls and answers from the queue, then the handler", async () => {
+  const fake = new FakeExecutor((command) => ({
+    code: 0,
+    stdout: `handled ${command.program}`,
+    stderr: "",
+  }));
+  fake.reply({ code: 1, stderr: "first" }, new Error("second"));
+  assert.deepEqual(await fake.run({ program: "nft", args: ["-f", "-"], stdin: "x" }), {
+    code: 1,
+    stdout: "",
+    stderr: "first",
+  });
+  await assert.rejects(fake.run({ program: "nft", args: [] }), /second/);
+  assert.equal((await fake.run({ program: "ip", args: [] })).stdout, "handled ip");
+  assert.deepEqual(fake.calls.map((c) => c.program), ["nft", "nft", "ip"]);
+  assert.equal(fake.calls[0]?.stdin, "x");
+});
+
+Deno.test("FakeExecutor answers exit 0 with no output by default", async () => {
+  const fake = new FakeExecutor();
+  assert.deepEqual(await fake.run({ program: "nft", args: [] }), {
+    code: 0,
+    stdout: "",
+    stderr: "",
+  });
+});
+
+Deno.test("ALL_PROGRAMS names every program the backends use", () => {
+  for (
+    const program of ["nft", "iptables-restore", "ip6tables-save", "ipvsadm", "sysctl", "pwsh"]
+  ) {
+    assert.ok(ALL_PROGRAMS.includes(program), program);
+  }
+});
+
+Deno.test("setSysctls() runs sysctl -w per entry after validating all of them", async () => {
+  const fake = new FakeExecutor();
+  await setSysctls(fake, {
+    "net.ipv4.conf.all.route_localnet": "1",
+    "net.netfilter.nf_conntrack_tcp_be_liberal": "1",
+  });
+  assert.deepEqual(fake.calls.map((c) => [c.program, ...c.args]), [
+    ["sysctl", "-w", "net.ipv4.conf.all.route_localnet=1"],
+    ["sysctl", "-w", "net.netfilter.nf_conntrack_tcp_be_liberal=1"],
+  ]);
+});
+
+Deno.test("setSysctls() rejects unsafe keys and values without running anything", async (t) => {
+  const cases: Record<string, string>[] = [
+    { "net.ipv4.ip_forward": "1", "../etc/passwd": "1" },
+    { "net.ipv4.ip_forward": "1; reboot" },
+    { "net": "1" },
+    { "net.ipv4.ip_forward": "" },
+  ];
+  for (const entries of cases) {
+    await t.step(JSON.stringify(entries), async () => {
+      const fake = new FakeExecutor();
+      await assert.rejects(setSysctls(fake, entries), TypeError);
+      assert.deepEqual(fake.calls, []);
+    });
+  }
+});
+
+Deno.test("setSysctls() throws CommandError when sysctl fails", async () => {
+  const fake = new FakeExecutor().reply({ code: 255, stderr: "permission denied" });
+  await assert.rejects(
+    setSysctls(fake, { "net.ipv4.ip_forward": "1" }),
+    (e: unknown) => e instanceof CommandError && e.message.includes("permission denied"),
+  );
+});
+
+Deno.test("readSysctl() returns the trimmed value of sysctl -n", async () => {
+  const fake = new FakeExecutor().reply({ stdout: "1\n" });
+  assert.equal(await readSysctl(fake, "net.ipv4.ip_forward"), "1");
+  assert.deepEqual(fake.calls[0]?.args, ["-n", "net.ipv4.ip_forward"]);
+});

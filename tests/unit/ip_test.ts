@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { cidrContains, formatIP, parseCIDR, parseIP } from "../../lib/ip.ts";
+
+/** IPv6 addresses with many zero groups (compression cases), IPv4-mapped ones excluded. */
+const v6Bytes = fc.array(
+  fc.oneof(fc.constant(0), fc.constant(0), fc.integer({ min: 0, max: 0xffff })),
+  {
+    minLength: 8,
+    maxLength: 8,
+  },
+).map((groups) => {
+  const bytes = new Uint8Array(16);
+  groups.forEach((g, i) => {
+    bytes[2 * i] = g >> 8;
+    bytes[2 * i + 1] = g & 0xff;
+  });
+  return bytes;
+}).filter((b) => !(b.slice(0, 10).every((x) => x === 0) && b[10] === 0xff && b[11] === 0xff));
+
+Deno.test("formatIP() writes IPv6 as WHATWG URL hosts do (RFC 5952) and parseIP() reads it back", () => {
+  fc.assert(
+    fc.property(v6Bytes, (bytes) => {
+      const text = formatIP(bytes);
+      assert.equal(`[${text}]`, new URL(`http://[${text}]/`).hostname);
+      assert.deepEqual(parseIP(text)?.bytes, bytes);
+      assert.equal(parseIP(text.toUpperCase())?.address, text);
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+Deno.test("parseIP() round-trips every IPv4 address", () => {
+  fc.assert(
+    fc.property(fc.uint8Array({ minLength: 4, maxLength: 4 }), (bytes) => {
+      const text = Array.from(bytes).join(".");
+      assert.equal(parseIP(text)?.address, text);
+      assert.equal(new URL(`http://${text}/`).hostname, text);
+    }),
+  );
+});
+
+Deno.test("parseCIDR() network contains exactly the addresses sharing its prefix", () => {
+  fc.assert(
+    fc.property(
+      fc.uint8Array({ minLength: 4, maxLength: 4 }),
+      fc.uint8Array({ minLength: 4, maxLength: 4 }),
+      fc.integer({ min: 0, max: 32 }),
+      (a, b, prefix) => {
+        const cidr = parseCIDR(`${Array.from(a).join(".")}/${prefix}`);
+        assert.ok(cidr);
+        const toInt = (x: Uint8Array) =>
+          ((x[0]! << 24) | (x[1]! << 16) | (x[2]! << 8) | x[3]!) >>> 0;
+        const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+        const same = ((toInt(a) & mask) >>> 0) === ((toInt(b) & mask) >>> 0);
+        assert.equal(cidrContains(cidr, Array.from(b).join(".")), same);
+      },
+    ),
+  );
+});

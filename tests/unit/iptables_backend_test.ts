@@ -1,0 +1,379 @@
+import assert from "node:assert/strict";
+import { createIptablesBackend } from "../../backends/iptables/mod.ts";
+import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
+import { defaultConfig } from "../../lib/config.ts";
+import type { Config } from "../../lib/config_types.ts";
+import { type Command, FakeExecutor } from "../../lib/exec.ts";
+import { emptyPlan } from "../../lib/plan.ts";
+import { GOLDEN_CASES, PARTIAL_CASES } from "../golden/iptables/fixtures.ts";
+
+function config(iptables: Partial<Config["iptables"]> = {}): Config {
+  const base = defaultConfig("node-a");
+  return { ...base, proxyMode: "iptables", iptables: { ...base.iptables, ...iptables } };
+}
+
+function restores(calls: Command[]): Command[] {
+  return calls.filter((call) => call.program.endsWith("-restore"));
+}
+
+const change = PARTIAL_CASES.partial_endpoint_change!;
+
+Deno.test("createIptablesBackend() first sync detects the variant, restores fully and installs jumps", async () => {
+  const executor = new FakeExecutor((command) => {
+    if (command.program === "iptables-legacy-save") {
+      return { code: 0, stdout: "*nat\n-A X -j Y\n", stderr: "" };
+    }
+    if (command.args.includes("-C")) return { code: 1, stdout: "", stderr: "Bad rule" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+  const backend = createIptablesBackend({ executor, config: config(), families: ["IPv4"] });
+  assert.equal(backend.mode, "iptables");
+  const result = await backend.sync({
+    plans: [change.previous],
+    previous: [],
+    changed: new Set(),
+    full: false,
+  });
+  assert.equal(result.full, true);
+  const [restore] = restores(executor.calls);
+  assert.equal(restore?.program, "iptables-legacy-restore");
+  assert.deepEqual(restore?.args, ["-w", "5", "--noflush", "--counters"]);
+  assert.match(restore?.stdin ?? "", /^\*mangle\n:KUBE-PROXY-CANARY/);
+  const inserts = executor.calls.filter((call) => call.args.includes("-I"));
+  assert.equal(inserts.length, 12);
+  assert.ok(inserts.every((call) => call.program === "iptables-legacy"));
+  assert.ok(inserts.some((call) =>
+    call.args.join(" ") ===
+      "-w 5 -t nat -I PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"
+  ));
+});
+
+Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  executor.calls.length = 0;
+  const result = await backend.sync({
+    plans: [change.next],
+    previous: [change.previous],
+    changed: change.changed,
+    full: false,
+  });
+  assert.equal(result.full, false);
+  assert.equal(executor.calls.length, 1);
+  const input = executor.calls[0]!.stdin ?? "";
+  assert.equal(executor.calls[0]!.program, "iptables-nft-restore");
+  const web = change.next.services.find((s) => s.name === "web")!;
+  const declared = [...input.matchAll(/^:(\S+) /gm)].map((m) => m[1]);
+  assert.deepEqual(declared, [
+    serviceChainNames(web).cluster,
+    endpointChainName(web, web.internal.endpoints[1]!),
+    endpointChainName(
+      web,
+      change.previous.services.find((s) => s.name === "web")!.internal.endpoints[1]!,
+    ),
+  ]);
+  assert.doesNotMatch(input, /KUBE-SERVICES|KUBE-NODEPORTS|KUBE-SVC-KKDGWRPDK6Z5NCHS|\*filter/);
+});
+
+Deno.test("createIptablesBackend() skips the restore when a partial sync changes nothing", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  executor.calls.length = 0;
+  await backend.sync({
+    plans: [change.previous],
+    previous: [],
+    changed: new Set(["x"]),
+    full: false,
+  });
+  assert.equal(executor.calls.length, 0);
+});
+
+Deno.test("createIptablesBackend() falls back to a full sync after a failed restore", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  executor.reply({ code: 2, stderr: "iptables-restore: line 3 failed" });
+  await assert.rejects(
+    backend.sync({ plans: [change.next], previous: [], changed: change.changed, full: false }),
+    /exit status 2: iptables-restore: line 3 failed/,
+  );
+  executor.calls.length = 0;
+  const result = await backend.sync({
+    plans: [change.next],
+    previous: [],
+    changed: change.changed,
+    full: false,
+  });
+  assert.equal(result.full, true);
+  assert.match(restores(executor.calls).at(-1)?.stdin ?? "", /^:KUBE-SERVICES /m);
+});
+
+Deno.test("createIptablesBackend() deletes stale service chains found by iptables-save on a full sync", async () => {
+  const executor = new FakeExecutor((command) =>
+    command.program === "iptables-nft-save"
+      ? { code: 0, stdout: "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n", stderr: "" }
+      : { code: 0, stdout: "", stderr: "" }
+  );
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  await backend.sync({
+    plans: [GOLDEN_CASES.clusterip!],
+    previous: [],
+    changed: new Set(),
+    full: true,
+  });
+  assert.match(restores(executor.calls).at(-1)?.stdin ?? "", /^-X KUBE-SVC-AAAAAAAAAAAAAAAA$/m);
+});
+
+Deno.test("createIptablesBackend() uses ip6tables for IPv6 plans and ignores disabled families", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "legacy" }),
+    families: ["IPv6"],
+  });
+  await backend.sync({
+    plans: [emptyPlan("IPv4"), GOLDEN_CASES.ipv6!],
+    previous: [],
+    changed: new Set(),
+    full: true,
+  });
+  const programs = new Set(executor.calls.map((call) => call.program));
+  assert.deepEqual([...programs].sort(), [
+    "ip6tables-legacy",
+    "ip6tables-legacy-restore",
+    "ip6tables-legacy-save",
+  ]);
+});
+
+Deno.test("createIptablesBackend() sets route_localnet only with localhostNodePorts", async () => {
+  for (const localhostNodePorts of [false, true]) {
+    const executor = new FakeExecutor();
+    const backend = createIptablesBackend({
+      executor,
+      config: config({ backend: "nft", localhostNodePorts }),
+      families: ["IPv4"],
+    });
+    await backend.sync({
+      plans: [GOLDEN_CASES.nodeport!],
+      previous: [],
+      changed: new Set(),
+      full: true,
+    });
+    const sysctl = executor.calls.filter((call) => call.program === "sysctl");
+    assert.deepEqual(
+      sysctl.map((call) => call.args.join(" ")),
+      localhostNodePorts ? ["-w net.ipv4.conf.all.route_localnet=1"] : [],
+    );
+    const firewallJumps = executor.calls.filter((call) => call.args.includes("KUBE-FIREWALL"));
+    assert.equal(firewallJumps.length > 0, localhostNodePorts);
+  }
+});
+
+Deno.test("createIptablesBackend() checkDrift() reports a missing canary chain", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  assert.equal(await backend.checkDrift!(), false);
+  await backend.sync({
+    plans: [GOLDEN_CASES.clusterip!],
+    previous: [],
+    changed: new Set(),
+    full: true,
+  });
+  executor.calls.length = 0;
+  assert.equal(await backend.checkDrift!(), false);
+  assert.deepEqual(executor.calls.map((call) => call.args.join(" ")), [
+    "-w 5 -t mangle -n -L KUBE-PROXY-CANARY",
+    "-w 5 -t nat -n -L KUBE-PROXY-CANARY",
+    "-w 5 -t filter -n -L KUBE-PROXY-CANARY",
+  ]);
+  executor.reply({ code: 0 }, { code: 1, stderr: "No chain/target/match by that name." });
+  assert.equal(await backend.checkDrift!(), true);
+});
+
+Deno.test("createIptablesBackend() cleanup() removes owned chains of every variant and family present", async () => {
+  const natSave = [
+    "*nat",
+    ":PREROUTING ACCEPT [0:0]",
+    ":KUBE-SERVICES - [0:0]",
+    '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    "COMMIT",
+  ].join("\n");
+  const executor = new FakeExecutor((command) => {
+    if (command.program.startsWith("ip6tables-legacy")) throw new Error("not installed");
+    if (command.program.endsWith("-save")) {
+      return { code: 0, stdout: command.args[1] === "nat" ? natSave : "", stderr: "" };
+    }
+    return { code: 0, stdout: "", stderr: "" };
+  });
+  const backend = createIptablesBackend({ executor, config: config(), families: ["IPv4"] });
+  await backend.cleanup();
+  const restored = restores(executor.calls);
+  assert.deepEqual(restored.map((call) => call.program), [
+    "iptables-nft-restore",
+    "ip6tables-nft-restore",
+    "iptables-legacy-restore",
+  ]);
+  assert.match(restored[0]!.stdin ?? "", /-D PREROUTING .* -j KUBE-SERVICES\n-X KUBE-SERVICES/);
+});
+
+Deno.test("createIptablesBackend() flushes stale UDP conntrack entries after a successful sync", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  const dns = GOLDEN_CASES.hairpin_udp!;
+  const moved = structuredClone(dns);
+  const service = moved.services[0]!;
+  service.internal.endpoints[0]!.ip = "10.244.0.4";
+  service.external.endpoints[0]!.ip = "10.244.0.4";
+  await backend.sync({ plans: [dns], previous: [], changed: new Set(), full: true });
+  assert.equal(executor.calls.filter((call) => call.program === "conntrack").length, 0);
+  executor.calls.length = 0;
+  await backend.sync({
+    plans: [moved],
+    previous: [dns],
+    changed: new Set([service.id]),
+    full: false,
+  });
+  const conntrack = executor.calls.filter((call) => call.program === "conntrack");
+  assert.deepEqual(conntrack.map((call) => call.args.join(" ")), [
+    "-D -p udp --orig-dst 10.96.0.10 --dst-nat 10.244.0.3",
+  ]);
+  assert.ok(
+    executor.calls.findIndex((c) => c.program === "conntrack") >
+      executor.calls.findIndex((c) => c.program.endsWith("-restore")),
+  );
+});
+
+function netnsSkipReason(): string | undefined {
+  if (Deno.build.os !== "linux") return "not Linux";
+  if (Deno.uid() !== 0) return "not root: cannot create network namespaces";
+  const programs = ["ip", "iptables-nft-restore", "iptables-legacy-restore"];
+  const missing = programs.filter((p) =>
+    !["/usr/sbin", "/sbin", "/usr/bin"].some((dir) => {
+      try {
+        return Deno.statSync(`${dir}/${p}`).isFile;
+      } catch {
+        return false;
+      }
+    })
+  );
+  return missing.length > 0 ? `missing programs: ${missing.join(", ")}` : undefined;
+}
+
+const NETNS_SKIP = netnsSkipReason();
+if (NETNS_SKIP) console.log(`Skipping iptables backend netns test: ${NETNS_SKIP}`);
+
+Deno.test({
+  name:
+    "createIptablesBackend() syncs, detects drift and cleans up in a network namespace (nft and legacy)",
+  ignore: NETNS_SKIP !== undefined,
+  fn: async (t) => {
+    const { DenoExecutor, ALL_PROGRAMS } = await import("../../lib/exec.ts");
+    const namespace = `kp-ipt-${crypto.randomUUID().slice(0, 8)}`;
+    const host = new DenoExecutor({ allowedPrograms: ALL_PROGRAMS });
+    const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
+    assert.equal(added.code, 0, added.stderr);
+    const executor = {
+      run: (command: Command) =>
+        host.run({
+          ...command,
+          program: "ip",
+          args: ["netns", "exec", namespace, command.program, ...command.args],
+        }),
+    };
+    const save = async (program: string) =>
+      (await executor.run({ program, args: ["-t", "nat"] })).stdout;
+    try {
+      for (const variant of ["nft", "legacy"] as const) {
+        await t.step(variant, async () => {
+          const backend = createIptablesBackend({
+            executor,
+            config: config({ backend: variant }),
+            families: ["IPv4"],
+            nftChainsPerRestore: 3,
+          });
+          const result = await backend.sync({
+            plans: [change.previous],
+            previous: [],
+            changed: new Set(),
+            full: true,
+          });
+          const scripts = Number(/in (\d+) scripts/.exec(result.summary ?? "")?.[1]);
+          assert.ok(variant === "nft" ? scripts > 2 : scripts === 1, result.summary);
+          // A second full sync must not duplicate the jumps.
+          await backend.sync({
+            plans: [change.previous],
+            previous: [],
+            changed: new Set(),
+            full: true,
+          });
+          const first = await save(`iptables-${variant}-save`);
+          assert.equal(first.match(/-A PREROUTING .*-j KUBE-SERVICES/g)?.length, 1);
+          const web = change.next.services.find((s) => s.name === "web")!;
+          const removed = endpointChainName(
+            web,
+            change.previous.services.find((s) => s.name === "web")!.internal.endpoints[1]!,
+          );
+          assert.match(first, new RegExp(`^:${removed} `, "m"));
+
+          await backend.sync({
+            plans: [change.next],
+            previous: [],
+            changed: change.changed,
+            full: false,
+          });
+          const second = await save(`iptables-${variant}-save`);
+          assert.doesNotMatch(second, new RegExp(removed));
+          assert.match(
+            second,
+            new RegExp(`-j ${endpointChainName(web, web.internal.endpoints[1]!)}`),
+          );
+
+          assert.equal(await backend.checkDrift!(), false);
+          const flushed = await executor.run({
+            program: `iptables-${variant}`,
+            args: ["-t", "mangle", "-X", "KUBE-PROXY-CANARY"],
+          });
+          assert.equal(flushed.code, 0, flushed.stderr);
+          assert.equal(await backend.checkDrift!(), true);
+
+          await backend.cleanup();
+          for (const table of ["nat", "filter", "mangle"]) {
+            const left = await executor.run({
+              program: `iptables-${variant}-save`,
+              args: ["-t", table],
+            });
+            assert.doesNotMatch(left.stdout, /KUBE-/, `${variant} ${table} after cleanup`);
+          }
+        });
+      }
+    } finally {
+      await host.run({ program: "ip", args: ["netns", "del", namespace] });
+    }
+  },
+});

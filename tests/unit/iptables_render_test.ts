@@ -1,0 +1,289 @@
+import assert from "node:assert/strict";
+import {
+  masqueradeMark,
+  parseSavedChains,
+  probability,
+  renderCleanup,
+  renderFull,
+  renderFullInChunks,
+  renderPartial,
+} from "../../backends/iptables/render.ts";
+import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
+import { chooseVariant, summarizeSave } from "../../backends/iptables/detect.ts";
+import { IptablesRestoreScript } from "../../backends/iptables/script.ts";
+import type { ServicePortPlan } from "../../lib/plan.ts";
+import { endpoint, GOLDEN_CASES, plan, servicePort, traffic } from "../golden/iptables/fixtures.ts";
+
+function named(namespace: string, name: string, portName: string, protocol: "TCP" | "UDP") {
+  return servicePort({ namespace, name, portName, protocol });
+}
+
+Deno.test("serviceChainNames() matches upstream kube-proxy chain names", () => {
+  const cases: [ServicePortPlan, string][] = [
+    [named("default", "kubernetes", "https", "TCP"), "KUBE-SVC-NPX46M4PTMTKRN6Y"],
+    [named("kube-system", "kube-dns", "dns", "UDP"), "KUBE-SVC-TCOU7JCQXEZGVUNU"],
+    [named("kube-system", "kube-dns", "dns-tcp", "TCP"), "KUBE-SVC-ERIFXISQEP7F7OF4"],
+    [named("kube-system", "kube-dns", "metrics", "TCP"), "KUBE-SVC-JD5MR3NA4I4DYORP"],
+  ];
+  for (const [service, expected] of cases) {
+    assert.equal(serviceChainNames(service).cluster, expected);
+    assert.equal(serviceChainNames(service).local, expected.replace("SVC", "SVL"));
+  }
+});
+
+Deno.test("endpointChainName() is stable and differs per endpoint", () => {
+  const service = servicePort({ name: "web" });
+  const a = endpointChainName(service, endpoint("10.0.0.1", 80));
+  assert.equal(a, endpointChainName(service, endpoint("10.0.0.1", 80)));
+  assert.notEqual(a, endpointChainName(service, endpoint("10.0.0.1", 81)));
+  assert.match(a, /^KUBE-SEP-[A-Z2-7]{16}$/);
+});
+
+Deno.test("probability() formats 1/(n-i) with ten decimals like upstream", () => {
+  const cases: [number, number, string][] = [
+    [0, 2, "0.5000000000"],
+    [0, 3, "0.3333333333"],
+    [1, 3, "0.5000000000"],
+    [0, 7, "0.1428571429"],
+    [0, 1000, "0.0010000000"],
+  ];
+  for (const [i, n, expected] of cases) assert.equal(probability(i, n), expected);
+});
+
+Deno.test("masqueradeMark() turns a bit into upstream's hex mark", () => {
+  assert.equal(masqueradeMark(), "0x4000");
+  assert.equal(masqueradeMark(14), "0x4000");
+  assert.equal(masqueradeMark(0), "0x1");
+  assert.equal(masqueradeMark(31), "0x80000000");
+  assert.throws(() => masqueradeMark(32), RangeError);
+});
+
+Deno.test("renderFull() never captures node ports on loopback unless localhostNodePorts (IPv4 only)", () => {
+  const v4 = GOLDEN_CASES.nodeport!;
+  assert.doesNotMatch(renderFull(v4).toString(), /127\.0\.0/);
+  const withLocalhost = renderFull(v4, { localhostNodePorts: true }).toString();
+  assert.match(withLocalhost, /-d 127\.0\.0\.1 -j KUBE-NODEPORTS/);
+  assert.match(withLocalhost, /-A KUBE-FIREWALL .*-d 127\.0\.0\.0\/8 ! -s 127\.0\.0\.0\/8/);
+  const v6 = renderFull(GOLDEN_CASES.ipv6!, { localhostNodePorts: true }).toString();
+  assert.doesNotMatch(v6, /-d (::1|127\.)/);
+});
+
+Deno.test("renderFull() jumps to KUBE-NODEPORTS last, once per node-port address", () => {
+  const text = renderFull(
+    plan([servicePort({ name: "web", nodePort: 30080 })], {
+      nodePortAddresses: ["192.168.0.10", "192.168.1.10"],
+    }),
+  ).toString();
+  const services = text.split("\n").filter((line) =>
+    line.startsWith("-A KUBE-SERVICES") && !line.includes("REJECT")
+  );
+  assert.deepEqual(services.slice(-2).map((line) => line.split(" -d ")[1]), [
+    "192.168.0.10 -j KUBE-NODEPORTS",
+    "192.168.1.10 -j KUBE-NODEPORTS",
+  ]);
+  const none = renderFull(
+    plan([servicePort({ name: "web", nodePort: 30080 })], { nodePortAddresses: [] }),
+  );
+  assert.doesNotMatch(none.toString(), /-j KUBE-NODEPORTS/);
+});
+
+Deno.test("renderFull() writes affinity checks before the statistic rules", () => {
+  const lines = renderFull(GOLDEN_CASES.affinity!).toString().split("\n");
+  const svc = serviceChainNames(GOLDEN_CASES.affinity!.services[0]!).cluster;
+  const rules = lines.filter((line) => line.startsWith(`-A ${svc} `));
+  assert.match(
+    rules[1]!,
+    /-m recent --name KUBE-SEP-\S+ --rcheck --seconds 10800 --reap -j KUBE-SEP-/,
+  );
+  assert.match(rules[2]!, /-m recent --name KUBE-SEP-\S+ --rcheck/);
+  assert.match(rules[3]!, /--probability 0\.5000000000/);
+  assert.doesNotMatch(rules[4]!, /statistic/);
+  assert.ok(lines.some((line) => /-m recent --name (KUBE-SEP-\S+) --set -m tcp/.test(line)));
+});
+
+Deno.test("renderFull() rejects or drops per the plan's whenEmpty", () => {
+  const reject = renderFull(GOLDEN_CASES.reject!).toString();
+  assert.match(
+    reject,
+    /-A KUBE-SERVICES .*has no endpoints.*-d 10\.96\.0\.10 --dport 80 -j REJECT/,
+  );
+  assert.match(reject, /-A KUBE-EXTERNAL-SERVICES .*-d 203\.0\.113\.10 --dport 80 -j REJECT/);
+  assert.match(reject, /-A KUBE-EXTERNAL-SERVICES .*--dst-type LOCAL .*--dport 30080 -j REJECT/);
+  assert.doesNotMatch(reject, /KUBE-SVC-|KUBE-EXT-/);
+  const drop = renderFull(GOLDEN_CASES.itp_local_no_local_endpoints!).toString();
+  assert.match(drop, /has no local endpoints.*-d 10\.96\.0\.10 --dport 80 -j DROP/);
+});
+
+Deno.test("renderFull() rejects unallocated addresses of the service CIDRs after per-service rules", () => {
+  const lines = renderFull(GOLDEN_CASES.reject!).toString().split("\n");
+  const filterServices = lines.filter((line) =>
+    line.startsWith("-A KUBE-SERVICES") && line.includes("REJECT")
+  );
+  assert.match(filterServices.at(-1)!, /-d 10\.96\.0\.0\/16 -j REJECT/);
+});
+
+Deno.test("renderFull() masquerades cluster-IP traffic per clusterIPMasquerade and detector", () => {
+  const cases: [string, RegExp | undefined][] = [
+    ["clusterip", /--dport 80 ! -s 10\.244\.0\.0\/16 -j KUBE-MARK-MASQ/],
+    ["masquerade_all", /--dport 80 -j KUBE-MARK-MASQ/],
+    ["masquerade_bridge", /--dport 80 ! -i cbr0 -j KUBE-MARK-MASQ/],
+    ["masquerade_none", undefined],
+  ];
+  for (const [name, pattern] of cases) {
+    const text = renderFull(GOLDEN_CASES[name]!).toString();
+    const svcMasq = text.split("\n").filter((l) => /^-A KUBE-SVC-.*KUBE-MARK-MASQ/.test(l));
+    if (pattern) assert.match(svcMasq.join("\n"), pattern, name);
+    else assert.equal(svcMasq.length, 0, name);
+  }
+});
+
+Deno.test("renderFull() deletes stale per-service chains found in the kernel", () => {
+  const script = renderFull(GOLDEN_CASES.clusterip!, {
+    existingChains: ["KUBE-SVC-AAAAAAAAAAAAAAAA", "KUBE-SERVICES", "DOCKER", "KUBE-KUBELET-CANARY"],
+  });
+  assert.deepEqual(script.deletedChains("nat"), ["KUBE-SVC-AAAAAAAAAAAAAAAA"]);
+});
+
+const webRemote = [endpoint("10.244.1.5", 8080), endpoint("10.244.2.7", 8080)];
+const before = plan([
+  servicePort({ name: "web" }),
+  servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
+]);
+
+Deno.test("renderPartial() after an endpoint change writes only that service's chains", () => {
+  const moved = [endpoint("10.244.1.5", 8080), endpoint("10.244.3.9", 8080)];
+  const after = plan([
+    servicePort({ name: "web", internal: traffic(moved), external: traffic(moved) }),
+    servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
+  ]);
+  const web = after.services.find((s) => s.name === "web")!;
+  const script = renderPartial({ previous: before, next: after, changed: new Set([web.id]) });
+  const svc = serviceChainNames(web).cluster;
+  const added = endpointChainName(web, moved[1]!);
+  const removed = endpointChainName(web, webRemote[1]!);
+  assert.deepEqual(script.chainNames("nat"), [svc, added, removed]);
+  assert.deepEqual(script.deletedChains("nat"), [removed]);
+  assert.deepEqual(script.chainNames("filter"), []);
+  assert.doesNotMatch(script.toString(), /KUBE-SERVICES|\*filter/);
+});
+
+Deno.test("renderPartial() rewrites KUBE-SERVICES when a service is added or removed", () => {
+  const added = plan([
+    ...before.services,
+    servicePort({ name: "new", clusterIPs: ["10.96.0.30"] }),
+  ]);
+  const id = added.services.find((s) => s.name === "new")!.id;
+  const add = renderPartial({ previous: before, next: added, changed: new Set([id]) });
+  assert.ok(add.chainNames("nat").includes("KUBE-SERVICES"));
+  assert.equal(add.deletedChains("nat").length, 0);
+
+  const remove = renderPartial({ previous: added, next: before, changed: new Set([id]) });
+  assert.ok(remove.chainNames("nat").includes("KUBE-SERVICES"));
+  assert.equal(remove.deletedChains("nat").length, 3);
+});
+
+Deno.test("renderPartial() is empty when nothing changed", () => {
+  const script = renderPartial({ previous: before, next: before, changed: new Set(["x"]) });
+  assert.equal(script.isEmpty, true);
+  assert.equal(script.toString(), "");
+});
+
+Deno.test("IptablesRestoreScript refuses unsafe arguments and undeclared chains", () => {
+  const unsafe = new IptablesRestoreScript("IPv4").declareChain("nat", "KUBE-X")
+    .appendRule("nat", "KUBE-X", ["-m", "comment", "--comment", 'a"b']);
+  assert.match(unsafe.error!.message, /Cannot use argument/);
+  assert.match(unsafe.toString(), /# ERROR: /);
+  const undeclared = new IptablesRestoreScript("IPv4").appendRule("nat", "KUBE-Y", [
+    "-j",
+    "ACCEPT",
+  ]);
+  assert.match(undeclared.error!.message, /not declared/);
+  const long = new IptablesRestoreScript("IPv4").declareChain("nat", "KUBE-" + "X".repeat(30));
+  assert.match(long.error!.message, /not a valid iptables chain name/);
+});
+
+Deno.test("renderCleanup() deletes jumps from built-in chains, then kproxy chains only", () => {
+  const save = [
+    "*nat",
+    ":PREROUTING ACCEPT [0:0]",
+    ":KUBE-SERVICES - [0:0]",
+    ":KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]",
+    ":KUBE-KUBELET-CANARY - [0:0]",
+    ":DOCKER - [0:0]",
+    '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    "-A PREROUTING -j DOCKER",
+    "-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -j KUBE-SVC-NPX46M4PTMTKRN6Y",
+    "COMMIT",
+  ].join("\n");
+  assert.deepEqual(parseSavedChains(save).length, 5);
+  const text = renderCleanup({ table: "nat", save }, "IPv4").toString();
+  assert.equal(
+    text,
+    [
+      "*nat",
+      ":KUBE-SERVICES - [0:0]",
+      ":KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]",
+      '-D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+      "-X KUBE-SERVICES",
+      "-X KUBE-SVC-NPX46M4PTMTKRN6Y",
+      "COMMIT",
+      "",
+    ].join("\n"),
+  );
+  assert.equal(
+    renderCleanup({ table: "nat", save: "*nat\n:DOCKER - [0:0]\nCOMMIT\n" }, "IPv4").isEmpty,
+    true,
+  );
+});
+
+Deno.test("chooseVariant() prefers hinted, then busier, then nft", () => {
+  const s = (available: boolean, rules: number, hinted = false) => ({ available, rules, hinted });
+  const cases: [ReturnType<typeof s>, ReturnType<typeof s>, string][] = [
+    [s(true, 0), s(true, 0), "nft"],
+    [s(true, 3), s(true, 10), "legacy"],
+    [s(true, 10), s(true, 3), "nft"],
+    [s(true, 0, true), s(true, 50), "nft"],
+    [s(true, 50), s(true, 0, true), "legacy"],
+    [s(false, 0), s(true, 0), "legacy"],
+    [s(true, 0), s(false, 0), "nft"],
+  ];
+  for (const [nft, legacy, expected] of cases) assert.equal(chooseVariant(nft, legacy), expected);
+  assert.deepEqual(summarizeSave("*nat\n:KUBE-KUBELET-CANARY - [0:0]\n-A X -j Y\nCOMMIT\n"), {
+    rules: 1,
+    hinted: true,
+  });
+});
+
+Deno.test("renderFullInChunks() bounds chains per script, keeps services whole and switches last", () => {
+  const services = Array.from(
+    { length: 6 },
+    (_, i) => servicePort({ name: `svc-${i}`, clusterIPs: [`10.96.1.${i}`], nodePort: 30000 + i }),
+  );
+  const big = plan(services);
+  const scripts = renderFullInChunks(big, {
+    maxChainsPerChunk: 5,
+    existingChains: ["KUBE-SEP-AAAAAAAAAAAAAAAA"],
+  });
+  const whole = renderFull(big);
+  const last = scripts.at(-1)!;
+  assert.ok(scripts.length > 3);
+  assert.deepEqual(scripts[0]!.chainNames("nat")[0], "KUBE-MARK-MASQ");
+  for (const script of scripts.slice(0, -1)) {
+    assert.ok(script.chainNames("nat").length <= 5);
+    assert.deepEqual(script.chainNames("filter"), []);
+  }
+  assert.ok(last.chainNames("nat").includes("KUBE-SERVICES"));
+  assert.ok(!last.chainNames("nat").includes("KUBE-MARK-MASQ"));
+  assert.deepEqual(last.deletedChains("nat"), ["KUBE-SEP-AAAAAAAAAAAAAAAA"]);
+  const chunked = scripts.flatMap((script) => script.chainNames("nat")).sort();
+  assert.deepEqual(chunked, [...whole.chainNames("nat"), "KUBE-SEP-AAAAAAAAAAAAAAAA"].sort());
+  assert.equal(scripts.reduce((sum, script) => sum + script.ruleCount, 0), whole.ruleCount);
+  for (const service of services) {
+    const holder = scripts.filter((script) =>
+      script.chainNames("nat").some((chain) =>
+        chain.endsWith(serviceChainNames(service).cluster.slice(9))
+      )
+    );
+    assert.equal(holder.length, 1, `${service.name} split across scripts`);
+  }
+});

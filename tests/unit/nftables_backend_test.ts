@@ -1,0 +1,191 @@
+import assert from "node:assert/strict";
+import { createNftablesBackend } from "../../backends/nftables/mod.ts";
+import { serviceObjectName } from "../../backends/nftables/names.ts";
+import { defaultConfig } from "../../lib/config.ts";
+import { type Command, CommandError, FakeExecutor } from "../../lib/exec.ts";
+import type { Plan } from "../../lib/plan.ts";
+import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
+
+const services = Array.from(
+  { length: 20 },
+  (_, i) => servicePort("ns", `s${i}`, { clusterIPs: [`172.30.2.${i}`], nodePort: 30100 + i }),
+);
+const v4 = plan(services);
+const v6 = plan([
+  servicePort("ns", "six", {
+    clusterIPs: ["fd00:10:96::1"],
+    internal: { endpoints: [endpoint("fd00:10::1")], whenEmpty: "reject", reason: "" },
+    external: { endpoints: [endpoint("fd00:10::1")], whenEmpty: "reject", reason: "" },
+  }),
+], { family: "IPv6" });
+
+function nftCalls(executor: FakeExecutor): Command[] {
+  return executor.calls.filter((c) => c.program === "nft");
+}
+
+function withOneEndpointChanged(base: Plan, index: number): Plan {
+  const id = services[index]!.id;
+  const endpoints = [endpoint("10.180.9.9")];
+  return {
+    ...base,
+    services: base.services.map((s) =>
+      s.id === id
+        ? { ...s, internal: { ...s.internal, endpoints }, external: { ...s.external, endpoints } }
+        : s
+    ),
+  };
+}
+
+function backend(executor: FakeExecutor, tcpBeLiberal = false) {
+  const config = defaultConfig("node-a");
+  config.conntrack.tcpBeLiberal = tcpBeLiberal;
+  return createNftablesBackend({ executor, config });
+}
+
+Deno.test("createNftablesBackend() full sync is one nft call with every family on stdin", async () => {
+  const executor = new FakeExecutor();
+  const result = await backend(executor).sync({
+    plans: [v4, v6],
+    previous: [],
+    changed: new Set(),
+    full: true,
+  });
+  assert.equal(result.full, true);
+  const calls = nftCalls(executor);
+  assert.equal(calls.length, 1);
+  assert.deepEqual(calls[0]!.args, ["-f", "-"]);
+  const script = calls[0]!.stdin!;
+  assert.match(script, /^add table ip kproxy$/m);
+  assert.match(script, /^add table ip6 kproxy$/m);
+  assert.match(script, /^delete table ip6 kproxy$/m);
+  assert.ok(script.includes(serviceObjectName("svc", services[19]!)));
+  assert.equal(executor.calls.filter((c) => c.program === "sysctl").length, 0);
+});
+
+Deno.test("createNftablesBackend() partial sync after one endpoint change holds only that service", async () => {
+  const executor = new FakeExecutor();
+  const nft = backend(executor);
+  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  const next = withOneEndpointChanged(v4, 7);
+  const result = await nft.sync({
+    plans: [next],
+    previous: [v4],
+    changed: new Set([services[7]!.id]),
+    full: false,
+  });
+  assert.equal(result.full, false);
+  const script = nftCalls(executor)[1]!.stdin!;
+  assert.ok(!/^(add|delete) table/m.test(script));
+  const chains = new Set(script.match(/(svc|ext)-[A-Z2-7]{8}-\S+/g));
+  assert.deepEqual(
+    [...chains].sort(),
+    [serviceObjectName("ext", services[7]!), serviceObjectName("svc", services[7]!)].sort(),
+  );
+  for (const [i, other] of services.entries()) {
+    if (i !== 7) assert.ok(!script.includes(`/${other.name}/`), `${other.name} must not appear`);
+  }
+  assert.match(script, /dnat to 10\.180\.9\.9:8080/);
+});
+
+Deno.test("createNftablesBackend() syncs fully after a failed sync", async () => {
+  const executor = new FakeExecutor();
+  const nft = backend(executor);
+  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  executor.reply({ code: 1, stderr: "Error: Could not process rule: No such file or directory" });
+  const next = withOneEndpointChanged(v4, 3);
+  const request = {
+    plans: [next],
+    previous: [v4],
+    changed: new Set([services[3]!.id]),
+    full: false,
+  };
+  await assert.rejects(nft.sync(request), CommandError);
+  const retry = await nft.sync(request);
+  assert.equal(retry.full, true);
+  assert.match(nftCalls(executor).at(-1)!.stdin!, /^delete table ip kproxy$/m);
+  const after = await nft.sync({
+    ...request,
+    plans: [withOneEndpointChanged(v4, 4)],
+    previous: [next],
+  });
+  assert.equal(after.full, false);
+});
+
+Deno.test("createNftablesBackend() upgrades a partial sync without a recorded previous plan", async () => {
+  const executor = new FakeExecutor();
+  const result = await backend(executor).sync({
+    plans: [v4],
+    previous: [v4],
+    changed: new Set(),
+    full: false,
+  });
+  assert.equal(result.full, true);
+});
+
+Deno.test("createNftablesBackend() checkDrift() reads only the canary chain", async (t) => {
+  const cases: [string, { code: number; stdout?: string; stderr?: string }, boolean][] = [
+    ["same generation", {
+      code: 0,
+      stdout: 'chain canary {\n counter packets 0 bytes 0 comment "kproxy generation 1"\n}',
+    }, false],
+    ["older generation", {
+      code: 0,
+      stdout: 'counter packets 0 bytes 0 comment "kproxy generation 0"',
+    }, true],
+    [
+      "table deleted or ruleset flushed",
+      { code: 1, stderr: "Error: No such file or directory" },
+      true,
+    ],
+  ];
+  for (const [name, reply, drifted] of cases) {
+    await t.step(name, async () => {
+      const executor = new FakeExecutor();
+      const nft = backend(executor);
+      await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+      executor.reply(reply);
+      assert.equal(await nft.checkDrift!(), drifted);
+      assert.deepEqual(executor.calls.at(-1)!.args, ["list", "chain", "ip", "kproxy", "canary"]);
+      const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+      assert.equal(next.full, drifted);
+    });
+  }
+});
+
+Deno.test("createNftablesBackend() cleanup() deletes both tables and ignores missing ones", async () => {
+  const executor = new FakeExecutor();
+  executor.reply({ code: 1, stderr: "Error: Could not process rule: No such file or directory" }, {
+    code: 0,
+  });
+  await backend(executor).cleanup();
+  assert.deepEqual(executor.calls.map((c) => c.stdin), [
+    "delete table ip kproxy\n",
+    "delete table ip6 kproxy\n",
+  ]);
+  const failing = new FakeExecutor().reply({ code: 1, stderr: "Error: Operation not permitted" });
+  await assert.rejects(backend(failing).cleanup(), CommandError);
+});
+
+Deno.test("createNftablesBackend() sets nf_conntrack_tcp_be_liberal once when configured", async () => {
+  const executor = new FakeExecutor();
+  const nft = backend(executor, true);
+  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+  const sysctls = executor.calls.filter((c) => c.program === "sysctl");
+  assert.deepEqual(sysctls.map((c) => c.args), [[
+    "-w",
+    "net.netfilter.nf_conntrack_tcp_be_liberal=1",
+  ]]);
+  assert.equal(executor.calls[0]!.program, "sysctl");
+});
+
+Deno.test("createNftablesBackend() programs only its configured families", async () => {
+  const executor = new FakeExecutor();
+  const nft = createNftablesBackend({
+    executor,
+    config: defaultConfig("node-a"),
+    families: ["IPv4"],
+  });
+  await nft.sync({ plans: [v4, v6], previous: [], changed: new Set(), full: true });
+  assert.ok(!nftCalls(executor)[0]!.stdin!.includes("ip6"));
+});

@@ -1,0 +1,309 @@
+import assert from "node:assert/strict";
+import {
+  parseCanaryGeneration,
+  renderFull,
+  renderIncremental,
+  serviceObjects,
+} from "../../backends/nftables/render.ts";
+import { serviceObjectName, shortHash } from "../../backends/nftables/names.ts";
+import {
+  Chain,
+  Element,
+  NftSet,
+  Rule,
+  Table,
+  Transaction,
+} from "../../backends/nftables/transaction.ts";
+import { endpoint, GOLDEN_PLANS, plan, servicePort } from "../golden/nftables/fixtures.ts";
+
+const where = { family: "ip", table: "kproxy" } as const;
+
+Deno.test("Transaction writes each verb as one nft line", () => {
+  const tx = new Transaction(where);
+  tx.add(new Table({ comment: "t" }));
+  tx.add(new Chain({ name: "nat-prerouting", type: "nat", hook: "prerouting", priority: -100 }));
+  tx.add(new Rule({ chain: "services", rule: "jump x", comment: "c" }));
+  tx.add(new NftSet({ name: "m", type: "ipv4_addr", dataType: "verdict", flags: ["interval"] }));
+  tx.add(new Element({ set: "m", key: ["10.0.0.1", "tcp", "80"], value: "goto svc" }));
+  tx.delete(new Element({ set: "m", key: ["10.0.0.1", "tcp", "80"], value: "goto svc" }));
+  tx.flush(new Chain({ name: "svc" }));
+  assert.equal(
+    tx.toString(),
+    [
+      'add table ip kproxy { comment "t" ; }',
+      "add chain ip kproxy nat-prerouting { type nat hook prerouting priority -100 ; }",
+      'add rule ip kproxy services jump x comment "c"',
+      "add map ip kproxy m { type ipv4_addr : verdict ; flags interval ; }",
+      "add element ip kproxy m { 10.0.0.1 . tcp . 80 : goto svc }",
+      "delete element ip kproxy m { 10.0.0.1 . tcp . 80 }",
+      "flush chain ip kproxy svc",
+      "",
+    ].join("\n"),
+  );
+  assert.equal(tx.error, undefined);
+});
+
+Deno.test("Transaction keeps the first validation error and marks the script", async (t) => {
+  const cases: [string, (tx: Transaction) => void][] = [
+    ["chain name with a space", (tx) => tx.add(new Chain({ name: "bad name" }))],
+    [
+      "rule with a newline",
+      (tx) => tx.add(new Rule({ chain: "c", rule: "accept\nflush ruleset" })),
+    ],
+    [
+      "comment with a quote",
+      (tx) => tx.add(new Rule({ chain: "c", rule: "accept", comment: 'a"b' })),
+    ],
+    ["element key with a brace", (tx) => tx.add(new Element({ set: "s", key: ["1.2.3.4 }"] }))],
+    [
+      "base chain without priority",
+      (tx) => tx.add(new Chain({ name: "c", type: "nat", hook: "output" })),
+    ],
+    ["deleting a rule", (tx) => tx.delete(new Rule({ chain: "c", rule: "accept" }))],
+  ];
+  for (const [name, queue] of cases) {
+    await t.step(name, () => {
+      const tx = new Transaction(where);
+      queue(tx);
+      tx.add(new Chain({ name: "fine" }));
+      assert.ok(tx.error instanceof TypeError);
+      assert.equal(tx.length, 0);
+      assert.match(tx.toString(), /^\n?# ERROR: Cannot /m);
+    });
+  }
+});
+
+Deno.test("serviceObjectName() is stable, unique per id and uses nft identifier characters", () => {
+  const a = servicePort("ns1", "web");
+  const b = servicePort("ns1", "web", { portName: "https", id: "ns1/web:https/TCP" });
+  assert.equal(serviceObjectName("svc", a), serviceObjectName("svc", { ...a }));
+  assert.notEqual(serviceObjectName("svc", a), serviceObjectName("svc", b));
+  assert.match(serviceObjectName("svc", a), /^svc-[A-Z2-7]{8}-ns1\/web\/tcp\/http$/);
+  assert.match(serviceObjectName("ext", { ...a, portName: "" }), /\/tcp\/_$/);
+  assert.equal(shortHash("x").length, 8);
+});
+
+Deno.test("renderFull() replaces the table atomically", () => {
+  const lines = renderFull(GOLDEN_PLANS["cluster-ip"]!).toString().split("\n");
+  assert.deepEqual(lines.slice(0, 3), [
+    "add table ip kproxy",
+    "delete table ip kproxy",
+    'add table ip kproxy { comment "rules for kproxy" ; }',
+  ]);
+});
+
+Deno.test("renderFull() picks endpoints uniformly with numgen rules", () => {
+  const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
+  const service = servicePort("ns", "four", {
+    clusterIPMasquerade: "none",
+    internal: { endpoints, whenEmpty: "reject", reason: "" },
+    external: { endpoints, whenEmpty: "reject", reason: "" },
+  });
+  const objects = serviceObjects(plan([service]), service);
+  const rules = objects.chains[0]!.rules;
+  assert.equal(rules.length, 4);
+  let remaining = 1;
+  const chance: number[] = [];
+  rules.forEach((rule, j) => {
+    const match = rule.match(/numgen random mod (\d+) 0/);
+    const p = match === null ? 1 : 1 / Number(match[1]);
+    chance.push(remaining * p);
+    remaining *= 1 - p;
+    assert.match(rule, new RegExp(`dnat to ${endpoints[j]!.ip.replaceAll(".", "\\.")}:8080$`));
+  });
+  for (const p of chance) assert.ok(Math.abs(p - 0.25) < 1e-9);
+  assert.equal(remaining, 0);
+});
+
+Deno.test("renderFull() creates no per-service set without affinity", () => {
+  const script = renderFull(
+    plan([servicePort("a", "one"), servicePort("b", "two", { clusterIPs: ["172.30.0.2"] })]),
+  )
+    .toString();
+  assert.equal(script.match(/^add (set|map) /gm)?.length, 10);
+});
+
+Deno.test("serviceObjects() renders each masquerade mode and local detector", async (t) => {
+  const cases: [
+    string,
+    Parameters<typeof plan>[1],
+    "all" | "non-local" | "none",
+    string | undefined,
+  ][] = [
+    ["all", {}, "all", "meta mark set meta mark | 0x4000"],
+    [
+      "non-local ClusterCIDR",
+      {},
+      "non-local",
+      "ip saddr != 10.0.0.0/8 meta mark set meta mark | 0x4000",
+    ],
+    [
+      "non-local prefixes",
+      { localTraffic: { mode: "InterfaceNamePrefix", interfaces: ["veth", "cali"] } },
+      "non-local",
+      'iifname != "veth*" iifname != "cali*" meta mark set meta mark | 0x4000',
+    ],
+    [
+      "non-local bridge",
+      { localTraffic: { mode: "BridgeInterface", interfaces: ["cbr0"] } },
+      "non-local",
+      'iifname != "cbr0" meta mark set meta mark | 0x4000',
+    ],
+    ["non-local without detector", { localTraffic: { mode: "None" } }, "non-local", undefined],
+    ["none", {}, "none", undefined],
+  ];
+  for (const [name, options, mode, expected] of cases) {
+    await t.step(name, () => {
+      const service = servicePort("ns", "m", { clusterIPMasquerade: mode });
+      const first = serviceObjects(plan([service], options), service).chains[0]!.rules[0]!;
+      if (expected === undefined) assert.match(first, /^numgen/);
+      else assert.equal(first, expected);
+    });
+  }
+});
+
+Deno.test("serviceObjects() sends Local external traffic to local endpoints and short-circuits pods and the node", () => {
+  const service = GOLDEN_PLANS["etp-local"]!.services[0]!;
+  const objects = serviceObjects(GOLDEN_PLANS["etp-local"]!, service);
+  const svc = serviceObjectName("svc", service);
+  const ext = objects.chains[1]!;
+  assert.equal(ext.chain.name, serviceObjectName("ext", service));
+  assert.deepEqual(ext.rules, [
+    `ip saddr 10.0.0.0/8 goto ${svc}`,
+    `fib saddr type local meta mark set meta mark | 0x4000 goto ${svc}`,
+    "meta l4proto tcp dnat to 10.180.0.3:8080",
+  ]);
+});
+
+Deno.test("serviceObjects() drops or rejects per whenEmpty", () => {
+  const reject = GOLDEN_PLANS["no-endpoints-reject"]!;
+  const values = serviceObjects(reject, reject.services[0]!).elements.map((e) =>
+    `${e.options.set} ${e.keyText} ${e.options.value}`
+  );
+  assert.deepEqual(values.sort(), [
+    "no-endpoint-nodeports tcp . 30086 goto reject-chain",
+    "no-endpoint-services 172.30.0.10 . tcp . 80 goto reject-chain",
+    "no-endpoint-services 192.168.99.23 . tcp . 80 goto reject-chain",
+  ]);
+  const local = GOLDEN_PLANS["etp-local-no-local-endpoints"]!;
+  const sets = serviceObjects(local, local.services[0]!).elements.map((e) =>
+    `${e.options.set} ${e.options.value}`
+  );
+  assert.ok(sets.includes("no-endpoint-nodeports drop"));
+  assert.ok(sets.includes("no-endpoint-services drop"));
+  assert.ok(
+    sets.includes("service-nodeports goto " + serviceObjectName("ext", local.services[0]!)),
+  );
+});
+
+Deno.test("serviceObjects() firewalls load-balancer IPs with source ranges", () => {
+  const p = GOLDEN_PLANS["load-balancer-source-ranges"]!;
+  const elements = serviceObjects(p, p.services[0]!).elements.filter((e) =>
+    e.options.set.startsWith("firewall")
+  );
+  assert.deepEqual(elements.map((e) => `${e.options.set} ${e.keyText}`), [
+    "firewall-ips 1.2.3.5 . tcp . 80",
+    "firewall-allow 1.2.3.5 . tcp . 80 . 203.0.113.0/25",
+    "firewall-allow 1.2.3.5 . tcp . 80 . 198.51.100.7/32",
+  ]);
+});
+
+Deno.test("renderFull() skips a service port with an invalid address and keeps the rest", () => {
+  const bad = servicePort("ns", "bad", { clusterIPs: ["10.0.0.256"] });
+  const good = servicePort("ns", "good", { clusterIPs: ["172.30.0.20"] });
+  const tx = renderFull(plan([bad, good]));
+  assert.equal(tx.error, undefined);
+  const script = tx.toString();
+  assert.ok(!script.includes("ns/bad"));
+  assert.ok(script.includes(serviceObjectName("svc", good)));
+});
+
+Deno.test("renderFull() writes the canary generation", () => {
+  const script = renderFull(GOLDEN_PLANS["cluster-ip"]!, { generation: 42 }).toString();
+  assert.equal(parseCanaryGeneration(script), 42);
+  assert.equal(parseCanaryGeneration("table ip kproxy { }"), undefined);
+});
+
+Deno.test("renderIncremental() touches only the changed service ports", () => {
+  const services = Array.from(
+    { length: 50 },
+    (_, i) => servicePort("ns", `s${i}`, { clusterIPs: [`172.30.1.${i}`], nodePort: 30000 + i }),
+  );
+  const previous = plan(services);
+  const changedService = services[17]!;
+  const next = plan(
+    services.map((s) =>
+      s === changedService
+        ? {
+          ...s,
+          internal: { ...s.internal, endpoints: [endpoint("10.180.0.1"), endpoint("10.180.0.7")] },
+        }
+        : s
+    ),
+  );
+  const script = renderIncremental({ plan: next, previous, changed: new Set([changedService.id]) })!
+    .toString();
+  const names = new Set(script.match(/(svc|ext)-[A-Z2-7]{8}-[^\s]+/g));
+  assert.deepEqual([...names].sort(), [
+    serviceObjectName("ext", changedService),
+    serviceObjectName("svc", changedService),
+  ]);
+  assert.ok(
+    !script.includes("element ip kproxy service-ips"),
+    "unchanged dispatch element is left alone",
+  );
+  assert.ok(script.includes("add element ip kproxy hairpin { 10.180.0.7 . 10.180.0.7 }"));
+});
+
+Deno.test("renderIncremental() keeps a cluster IP still used by a sibling port", () => {
+  const dns = GOLDEN_PLANS["udp-multi-port"]!;
+  const [tcp, udp] = dns.services;
+  const next = plan([tcp!]);
+  const script = renderIncremental({ plan: next, previous: dns, changed: new Set([udp!.id]) })!
+    .toString();
+  assert.ok(!script.includes("delete element ip kproxy cluster-ips"));
+  const removedAll = renderIncremental({
+    plan: plan([]),
+    previous: dns,
+    changed: new Set([tcp!.id, udp!.id]),
+  })!
+    .toString();
+  assert.ok(removedAll.includes("delete element ip kproxy cluster-ips { 172.30.0.53 }"));
+});
+
+Deno.test("renderIncremental() flushes affinity only when an endpoint went away", () => {
+  const sticky = servicePort("ns", "sticky", { affinityTimeoutSeconds: 60 });
+  const grown = {
+    ...sticky,
+    internal: {
+      ...sticky.internal,
+      endpoints: [...sticky.internal.endpoints, endpoint("10.180.0.9")],
+    },
+  };
+  const changed = new Set([sticky.id]);
+  const added = renderIncremental({ plan: plan([grown]), previous: plan([sticky]), changed })!
+    .toString();
+  assert.ok(!added.includes("flush map"));
+  const removed = renderIncremental({ plan: plan([sticky]), previous: plan([grown]), changed })!
+    .toString();
+  assert.match(removed, /^flush map ip kproxy aff-/m);
+});
+
+Deno.test("renderIncremental() diffs node port addresses and service CIDRs", () => {
+  const previous = GOLDEN_PLANS["cluster-ip"]!;
+  const next = {
+    ...previous,
+    nodePortAddresses: ["192.168.0.3"],
+    serviceCIDRs: [...previous.serviceCIDRs],
+  };
+  const script = renderIncremental({ plan: next, previous, changed: new Set() })!.toString();
+  assert.ok(script.includes("delete element ip kproxy nodeport-ips { 192.168.0.2/32 }"));
+  assert.ok(script.includes("add element ip kproxy nodeport-ips { 192.168.0.3/32 }"));
+  assert.ok(!script.includes("service-cidrs"));
+});
+
+Deno.test("renderIncremental() asks for a full render when the local detector changes", () => {
+  const previous = GOLDEN_PLANS["cluster-ip"]!;
+  const next = { ...previous, localTraffic: { mode: "None" as const } };
+  assert.equal(renderIncremental({ plan: next, previous, changed: new Set() }), undefined);
+});

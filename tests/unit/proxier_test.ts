@@ -1,0 +1,366 @@
+import assert from "node:assert/strict";
+import { RecordingBackend } from "../../backends/recording.ts";
+import { ProxyHealth } from "../../lib/health.ts";
+import { ProxyMetrics } from "../../lib/metrics.ts";
+import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/model.ts";
+import type { PlannerOptions } from "../../lib/planner.ts";
+import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/proxier.ts";
+import type { SourceEvent } from "../../lib/source/source.ts";
+import type { ClusterState, StateChange } from "../../lib/state.ts";
+import type { ServiceHealthInfo } from "../../lib/health.ts";
+
+const NODE = "node-a";
+
+function service(name: string, clusterIP: string, extra: Partial<Service> = {}): Service {
+  return {
+    namespace: "default",
+    name,
+    type: "ClusterIP",
+    clusterIPs: [clusterIP],
+    ports: [{ name: "", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 0 }],
+    externalIPs: [],
+    loadBalancerIngress: [],
+    loadBalancerSourceRanges: [],
+    affinityTimeoutSeconds: 0,
+    internalTrafficPolicy: "Cluster",
+    externalTrafficPolicy: "Cluster",
+    healthCheckNodePort: 0,
+    trafficDistribution: "",
+    topologyKeys: [],
+    topologyMode: "",
+    ...extra,
+  };
+}
+
+function slice(serviceName: string, ips: string[], nodeName = NODE): EndpointSlice {
+  return {
+    namespace: "default",
+    name: `${serviceName}-abc`,
+    serviceName,
+    family: "IPv4",
+    ports: [{ name: "", protocol: "TCP", port: 8080 }],
+    endpoints: ips.map((ip) => ({
+      ip,
+      ready: true,
+      serving: true,
+      terminating: false,
+      nodeName,
+      zone: "",
+    })),
+  };
+}
+
+const node: Node = {
+  name: NODE,
+  labels: {},
+  addresses: ["192.168.0.10"],
+  podCIDRs: ["10.244.0.0/24"],
+  deleting: false,
+};
+
+/** A tracker holding state set directly by the test. */
+class FakeTracker implements StateTracker {
+  synced = false;
+  services = new Map<ServiceKey, Service>();
+  slices = new Map<ServiceKey, EndpointSlice[]>();
+  nodes = new Map<string, Node>([[NODE, node]]);
+  changed = new Set<ServiceKey>();
+  globalChange = false;
+  oldestChangeAt?: number;
+  events: SourceEvent[] = [];
+
+  apply(event: SourceEvent): boolean {
+    this.events.push(event);
+    if (event.type === "synced") this.synced = true;
+    return event.type !== "synced";
+  }
+
+  set(svc: Service, endpointIps: string[] = [], at?: number): void {
+    const key = `${svc.namespace}/${svc.name}`;
+    this.services.set(key, svc);
+    this.slices.set(key, [slice(svc.name, endpointIps)]);
+    this.changed.add(key);
+    this.oldestChangeAt ??= at;
+  }
+
+  drain(): StateChange {
+    const state: ClusterState = {
+      services: new Map(this.services),
+      slicesByService: new Map(this.slices),
+      nodes: new Map(this.nodes),
+      serviceCIDRs: [],
+    };
+    const change: StateChange = {
+      state,
+      changedServices: this.changed,
+      globalChange: this.globalChange,
+      serviceChanges: this.changed.size,
+      endpointChanges: this.changed.size,
+      oldestChangeAt: this.oldestChangeAt,
+    };
+    this.changed = new Set();
+    this.globalChange = false;
+    this.oldestChangeAt = undefined;
+    return change;
+  }
+}
+
+const plannerOptions: PlannerOptions = {
+  nodeName: NODE,
+  nodePortAddresses: ["primary"],
+  localAddresses: ["192.168.0.10"],
+  clusterCIDRs: ["10.244.0.0/16"],
+  detectLocalMode: "ClusterCIDR",
+  bridgeInterface: "",
+  interfaceNamePrefix: "",
+  masqueradeAll: false,
+  serviceClusterIPRange: ["10.96.0.0/12"],
+  externalIPAllowedCIDRs: [],
+  featureGates: {},
+};
+
+interface Harness {
+  proxier: Proxier;
+  tracker: FakeTracker;
+  backend: RecordingBackend;
+  health: ProxyHealth;
+  metrics: ProxyMetrics;
+  clock: { t: number; now(): number };
+  pokes: number;
+  serviceHealth: ReadonlyMap<number, ServiceHealthInfo>[];
+}
+
+function setup(
+  options: { backend?: RecordingBackend; syncPeriodMs?: number; fullSyncPeriodMs?: number } = {},
+): Harness {
+  const clock = { t: 1_000_000, now: () => clock.t };
+  const h = {
+    tracker: new FakeTracker(),
+    backend: options.backend ?? new RecordingBackend({ mode: "nftables" }),
+    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
+    metrics: new ProxyMetrics(),
+    clock,
+    pokes: 0,
+    serviceHealth: [] as ReadonlyMap<number, ServiceHealthInfo>[],
+  } as Harness;
+  const sink: ServiceHealthSink = {
+    sync: (services) => {
+      h.serviceHealth.push(new Map(services));
+      return Promise.resolve();
+    },
+  };
+  h.proxier = new Proxier({
+    backend: h.backend,
+    tracker: h.tracker,
+    plannerOptions,
+    health: h.health,
+    metrics: h.metrics,
+    syncPeriodMs: options.syncPeriodMs ?? 30_000,
+    fullSyncPeriodMs: options.fullSyncPeriodMs,
+    requestSync: () => h.pokes++,
+    serviceHealth: sink,
+    families: ["ipv4"],
+    clock,
+  });
+  return h;
+}
+
+Deno.test("Proxier.sync() does nothing before the tracker is synced", async () => {
+  const h = setup();
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  assert.deepEqual(await h.proxier.sync(), { kind: "waiting" });
+  assert.equal(h.backend.requests.length, 0);
+  assert.equal(h.proxier.lastSynced, undefined);
+});
+
+Deno.test("Proxier turns unhealthy when the initial sync never happens", () => {
+  const h = setup();
+  assert.equal(h.health.status(h.clock.now()).healthy, true);
+  h.clock.t += 60_000;
+  assert.equal(h.health.status(h.clock.now()).healthy, false);
+});
+
+Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes the runner once synced", () => {
+  const h = setup();
+  h.proxier.onEvent({ type: "upsert", kind: "EndpointSlice", object: {} });
+  h.proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
+  assert.equal(h.pokes, 0);
+  h.proxier.onEvent({ type: "synced" });
+  assert.equal(h.pokes, 1);
+  h.proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
+  assert.equal(h.pokes, 2);
+  assert.equal(h.tracker.events.length, 4);
+  assert.equal(h.metrics.endpointChangesPending.get(), 1);
+  assert.equal(h.metrics.serviceChangesTotal.get(), 2);
+  assert.equal(h.metrics.lastQueuedTimestamp.get(), 1000);
+  h.clock.t += 60_000;
+  assert.equal(h.health.status(h.clock.now()).healthy, false);
+});
+
+Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids", async () => {
+  const h = setup();
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"], h.clock.t);
+  h.tracker.set(service("api", "10.96.0.11"), ["10.244.0.6"], h.clock.t);
+  h.proxier.onEvent({ type: "synced" });
+  h.clock.t += 250;
+  const first = await h.proxier.sync();
+  assert.equal(first.kind, "applied");
+  const [full] = h.backend.requests;
+  assert.equal(full?.full, true);
+  assert.deepEqual(full?.previous, []);
+  assert.deepEqual([...full!.changed].sort(), ["default/api:/TCP", "default/web:/TCP"]);
+  assert.deepEqual(full?.plans[0]?.services.map((s) => s.id), [
+    "default/api:/TCP",
+    "default/web:/TCP",
+  ]);
+  assert.equal(h.metrics.networkProgrammingDuration.get().sum, 0.25);
+
+  h.clock.t += 1000;
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5", "10.244.0.7"]);
+  await h.proxier.sync();
+  const partial = h.backend.requests[1]!;
+  assert.equal(partial.full, false);
+  assert.deepEqual([...partial.changed], ["default/web:/TCP"]);
+  assert.deepEqual(partial.previous, full?.plans);
+  assert.equal(
+    h.proxier.lastSynced?.ipv4.services.find((s) => s.name === "web")?.internal.endpoints.length,
+    2,
+  );
+  assert.equal(h.metrics.syncFullProxyRulesDuration.get().count, 1);
+  assert.equal(h.metrics.syncPartialProxyRulesDuration.get().count, 1);
+  assert.equal(h.metrics.syncProxyRulesLastTimestamp.get(), h.clock.t / 1000);
+  assert.equal(h.health.status(h.clock.now()).lastUpdated, new Date(h.clock.t).toISOString());
+});
+
+Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
+  const h = setup();
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  h.clock.t += 1000;
+  assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+  assert.equal(h.backend.requests.length, 1);
+});
+
+Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs fully next", async () => {
+  const backend = new RecordingBackend({
+    mode: "nftables",
+    failWith: (_request, index) => (index === 1 ? new Error("nft: syntax error") : undefined),
+  });
+  const h = setup({ backend });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  const applied = h.proxier.lastSynced;
+
+  h.clock.t += 1000;
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.9"], h.clock.t);
+  await assert.rejects(h.proxier.sync(), /nft: syntax error/);
+  assert.equal(h.proxier.lastSynced, applied);
+  assert.equal(h.metrics.syncFailuresTotal.get({ mode: "nftables" }), 1);
+
+  h.clock.t += 1000;
+  await h.proxier.sync();
+  const retry = h.backend.requests[2]!;
+  assert.equal(retry.full, true);
+  assert.deepEqual(retry.previous, h.backend.requests[0]!.plans);
+  assert.deepEqual(
+    retry.plans[0]?.services[0]?.internal.endpoints.map((e) => e.ip),
+    ["10.244.0.9"],
+  );
+  assert.equal(h.metrics.networkProgrammingDuration.get().sum, 1);
+});
+
+Deno.test("Proxier.sync() syncs fully once the full sync period has passed", async () => {
+  const h = setup({ syncPeriodMs: 30_000 });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  h.clock.t += 29_000;
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.6"]);
+  await h.proxier.sync();
+  h.clock.t += 1_000;
+  await h.proxier.sync();
+  assert.deepEqual(h.backend.requests.map((r) => r.full), [true, false, true]);
+});
+
+Deno.test("Proxier.sync() checks drift once per sync period and repairs it with a full sync", async () => {
+  let drifted = false;
+  const backend = new RecordingBackend({ mode: "iptables", drift: () => drifted });
+  const h = setup({ backend, syncPeriodMs: 10_000, fullSyncPeriodMs: 3_600_000 });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  h.clock.t += 5_000;
+  assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+  assert.equal(backend.driftChecks, 0);
+  h.clock.t += 5_000;
+  assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+  assert.equal(backend.driftChecks, 1);
+  drifted = true;
+  h.clock.t += 10_000;
+  await h.proxier.sync();
+  assert.equal(backend.driftChecks, 2);
+  assert.deepEqual(backend.requests.map((r) => r.full), [true, true]);
+  assert.equal(h.metrics.driftRepairsTotal.get({ mode: "iptables" }), 1);
+});
+
+Deno.test("Proxier.sync() reports node deletion and serves health check node ports", async () => {
+  const h = setup();
+  h.tracker.set(
+    service("lb", "10.96.0.20", {
+      type: "LoadBalancer",
+      externalTrafficPolicy: "Local",
+      healthCheckNodePort: 32000,
+      ports: [{ name: "", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 31000 }],
+    }),
+    ["10.244.0.5"],
+  );
+  h.tracker.nodes.set(NODE, { ...node, deleting: true });
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  assert.equal(h.health.status(h.clock.now()).nodeEligible, false);
+  assert.deepEqual(
+    h.serviceHealth.at(-1),
+    new Map([[32000, { namespace: "default", name: "lb", localEndpoints: 1 }]]),
+  );
+});
+
+Deno.test("Proxier.sync() counts Local services without local endpoints", async () => {
+  const h = setup();
+  const local = service("local", "10.96.0.30", { internalTrafficPolicy: "Local" });
+  h.tracker.set(local, []);
+  h.tracker.slices.set("default/local", [slice("local", ["10.244.1.5"], "node-b")]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  assert.equal(h.metrics.noLocalEndpointsTotal.get({ traffic_policy: "internal" }), 1);
+  assert.equal(h.metrics.noLocalEndpointsTotal.get({ traffic_policy: "external" }), 0);
+});
+
+Deno.test("Proxier.sync() runs afterSync with the applied change and survives its failure", async () => {
+  const seen: { previous: number; changed: string[]; full: boolean }[] = [];
+  const backend = new RecordingBackend({ mode: "nftables" });
+  const tracker = new FakeTracker();
+  const proxier = new Proxier({
+    backend,
+    tracker,
+    plannerOptions,
+    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
+    metrics: new ProxyMetrics(),
+    syncPeriodMs: 30_000,
+    families: ["ipv4"],
+    afterSync: (sync) => {
+      seen.push({ previous: sync.previous.length, changed: [...sync.changed], full: sync.full });
+      return Promise.reject(new Error("conntrack missing"));
+    },
+  });
+  tracker.set(service("dns", "10.96.0.53"), ["10.244.0.5"]);
+  proxier.onEvent({ type: "synced" });
+  assert.equal((await proxier.sync()).kind, "applied");
+  tracker.set(service("dns", "10.96.0.53"), ["10.244.0.6"]);
+  assert.equal((await proxier.sync()).kind, "applied");
+  assert.deepEqual(seen, [
+    { previous: 0, changed: ["default/dns:/TCP"], full: true },
+    { previous: 1, changed: ["default/dns:/TCP"], full: false },
+  ]);
+});

@@ -1,0 +1,321 @@
+import assert from "node:assert/strict";
+import { configure, type LogRecord, reset } from "@logtape/logtape";
+import { Tracker } from "../../lib/tracker.ts";
+import type { ObjectKind } from "../../lib/source/source.ts";
+
+type Json = Record<string, any>;
+
+function svc(name: string, spec: Json = {}, namespace = "default"): Json {
+  return {
+    metadata: { namespace, name },
+    spec: {
+      clusterIP: "10.96.0.10",
+      ports: [{ name: "http", port: 80, targetPort: 8080 }],
+      ...spec,
+    },
+  };
+}
+
+function slice(name: string, service: string, ips: string[], extra: Json = {}): Json {
+  return {
+    metadata: { namespace: "default", name, labels: { "kubernetes.io/service-name": service } },
+    addressType: extra.addressType ?? "IPv4",
+    ports: [{ name: "http", port: 8080 }],
+    endpoints: ips.map((ip) => ({ addresses: [ip], nodeName: extra.nodeName ?? "node-a" })),
+  };
+}
+
+function node(name: string, labels: Json = {}): Json {
+  return {
+    metadata: { name, labels },
+    status: { addresses: [{ type: "InternalIP", address: "10.200.0.2" }] },
+  };
+}
+
+function serviceCIDR(name: string, cidrs: string[]): Json {
+  return { metadata: { name }, spec: { cidrs } };
+}
+
+function upsert(kind: ObjectKind, object: Json) {
+  return { type: "upsert" as const, kind, object };
+}
+
+function remove(kind: ObjectKind, object: Json) {
+  return { type: "delete" as const, kind, object };
+}
+
+function newTracker(now = { t: 1000 }) {
+  return new Tracker({ nodeName: "node-a", clock: () => now.t });
+}
+
+Deno.test("Tracker.synced is true only after the synced event", () => {
+  const tracker = newTracker();
+  assert.equal(tracker.synced, false);
+  assert.equal(tracker.apply({ type: "synced" }), true);
+  assert.equal(tracker.synced, true);
+});
+
+Deno.test("Tracker.drain() reports added services and their slices", () => {
+  const now = { t: 1000 };
+  const tracker = newTracker(now);
+  assert.equal(tracker.apply(upsert("Service", svc("web"))), true);
+  now.t = 2000;
+  tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.5"])));
+  const change = tracker.drain();
+  assert.deepEqual([...change.changedServices], ["default/web"]);
+  assert.equal(change.serviceChanges, 1);
+  assert.equal(change.endpointChanges, 1);
+  assert.equal(change.oldestChangeAt, 1000);
+  assert.equal(change.globalChange, false);
+  assert.equal(change.state.services.get("default/web")?.clusterIPs[0], "10.96.0.10");
+  assert.equal(
+    change.state.slicesByService.get("default/web")?.[0]?.endpoints[0]?.ip,
+    "10.244.1.5",
+  );
+
+  const empty = tracker.drain();
+  assert.equal(empty.changedServices.size, 0);
+  assert.equal(empty.oldestChangeAt, undefined);
+  assert.equal(empty.state.services.size, 1);
+});
+
+Deno.test("Tracker.apply() coalesces a change and its revert into no change", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.5"])));
+  tracker.drain();
+  assert.equal(tracker.apply(upsert("Service", svc("web", { clusterIP: "10.96.0.11" }))), true);
+  assert.equal(tracker.apply(upsert("Service", svc("web"))), false);
+  assert.equal(tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.6"]))), true);
+  assert.equal(
+    tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.5"]))),
+    false,
+  );
+  const change = tracker.drain();
+  assert.equal(change.changedServices.size, 0);
+  assert.equal(change.serviceChanges, 0);
+  assert.equal(change.endpointChanges, 0);
+});
+
+Deno.test("Tracker.apply() treats an add then delete before drain as no change", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  assert.equal(tracker.apply(remove("Service", svc("web"))), false);
+  assert.equal(tracker.drain().changedServices.size, 0);
+});
+
+Deno.test("Tracker.apply() returns false for an identical resend", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.drain();
+  assert.equal(tracker.apply(upsert("Service", svc("web"))), false);
+});
+
+Deno.test("Tracker.apply() keeps the previous valid version on an invalid update", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.drain();
+  const bad = svc("web", { ports: [{ name: "http", port: 70000 }] });
+  assert.equal(tracker.apply(upsert("Service", bad)), false);
+  assert.equal(tracker.apply(upsert("Service", bad)), false);
+  const change = tracker.drain();
+  assert.equal(change.changedServices.size, 0);
+  assert.equal(change.state.services.get("default/web")?.ports[0]?.port, 80);
+});
+
+Deno.test("Tracker.apply() skips an invalid new object", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("bad;name")));
+  tracker.apply(upsert("EndpointSlice", slice("s", "web", ["10.244.1.005"])));
+  const change = tracker.drain();
+  assert.equal(change.state.services.size, 0);
+  assert.equal(change.state.slicesByService.size, 0);
+});
+
+Deno.test("Tracker groups slices per service, merges and removes them", () => {
+  const tracker = newTracker();
+  tracker.apply(
+    upsert("EndpointSlice", slice("web-b", "web", ["10.244.2.5"], { nodeName: "node-b" })),
+  );
+  tracker.apply(upsert("EndpointSlice", slice("web-a", "web", ["10.244.1.5"])));
+  tracker.apply(upsert("EndpointSlice", slice("dns-a", "dns", ["10.244.1.9"])));
+  let change = tracker.drain();
+  assert.deepEqual(change.state.slicesByService.get("default/web")?.map((s) => s.name), [
+    "web-a",
+    "web-b",
+  ]);
+  assert.deepEqual([...change.changedServices].sort(), ["default/dns", "default/web"]);
+
+  tracker.apply(remove("EndpointSlice", slice("web-a", "web", [])));
+  change = tracker.drain();
+  assert.deepEqual([...change.changedServices], ["default/web"]);
+  assert.deepEqual(change.state.slicesByService.get("default/web")?.map((s) => s.name), ["web-b"]);
+
+  tracker.apply(remove("EndpointSlice", { metadata: { namespace: "default", name: "web-b" } }));
+  change = tracker.drain();
+  assert.equal(change.state.slicesByService.has("default/web"), false);
+});
+
+Deno.test("Tracker keeps IPv4 and IPv6 slices of a dual-stack service together", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("dual", { clusterIPs: ["10.96.0.20", "fd00:96::20"] })));
+  tracker.apply(upsert("EndpointSlice", slice("dual-v4", "dual", ["10.244.1.7"])));
+  tracker.apply(
+    upsert("EndpointSlice", slice("dual-v6", "dual", ["fd00:244:1::7"], { addressType: "IPv6" })),
+  );
+  const slices = tracker.drain().state.slicesByService.get("default/dual") ?? [];
+  assert.deepEqual(slices.map((s) => s.family), ["IPv4", "IPv6"]);
+});
+
+Deno.test("Tracker drops a service that becomes headless or ExternalName", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.drain();
+  tracker.apply(upsert("Service", svc("web", { clusterIP: "None" })));
+  const change = tracker.drain();
+  assert.equal(change.state.services.has("default/web"), false);
+  assert.deepEqual([...change.changedServices], ["default/web"]);
+});
+
+Deno.test("Tracker snapshots are not changed by later events", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.5"])));
+  const first = tracker.drain().state;
+  tracker.apply(upsert("Service", svc("api", { clusterIP: "10.96.0.12" })));
+  tracker.apply(remove("Service", svc("web")));
+  tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.6"])));
+  const second = tracker.drain().state;
+  assert.deepEqual([...first.services.keys()], ["default/web"]);
+  assert.equal(first.slicesByService.get("default/web")?.[0]?.endpoints[0]?.ip, "10.244.1.5");
+  assert.deepEqual([...second.services.keys()], ["default/api"]);
+  assert.equal(second.slicesByService.get("default/web")?.[0]?.endpoints[0]?.ip, "10.244.1.6");
+});
+
+Deno.test("Tracker shares unchanged maps between snapshots", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.apply(upsert("Node", node("node-a")));
+  const first = tracker.drain().state;
+  tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ["10.244.1.5"])));
+  const second = tracker.drain().state;
+  assert.equal(second.services, first.services);
+  assert.equal(second.nodes, first.nodes);
+  assert.notEqual(second.slicesByService, first.slicesByService);
+});
+
+Deno.test("Tracker reports globalChange for this node and ServiceCIDRs only", () => {
+  const tracker = newTracker();
+  tracker.apply(upsert("Node", node("node-a", { zone: "a" })));
+  assert.equal(tracker.drain().globalChange, true);
+
+  tracker.apply(upsert("Node", node("node-b", { zone: "b" })));
+  let change = tracker.drain();
+  assert.equal(change.globalChange, false);
+  assert.equal(change.state.nodes.get("node-b")?.labels.zone, "b");
+
+  tracker.apply(upsert("Node", node("node-a", { zone: "c" })));
+  assert.equal(tracker.apply(upsert("Node", node("node-a", { zone: "a" }))), false);
+  assert.equal(tracker.drain().globalChange, false);
+
+  tracker.apply(upsert("ServiceCIDR", serviceCIDR("kubernetes", ["10.96.0.0/16"])));
+  change = tracker.drain();
+  assert.equal(change.globalChange, true);
+  assert.deepEqual(change.state.serviceCIDRs, [{ name: "kubernetes", cidrs: ["10.96.0.0/16"] }]);
+
+  tracker.apply(remove("ServiceCIDR", serviceCIDR("kubernetes", [])));
+  change = tracker.drain();
+  assert.equal(change.globalChange, true);
+  assert.deepEqual(change.state.serviceCIDRs, []);
+
+  tracker.apply(remove("Node", node("node-a")));
+  assert.equal(tracker.drain().globalChange, true);
+});
+
+Deno.test("Tracker marks topologyKeys services changed when their endpoints' node labels change", () => {
+  const tracker = newTracker();
+  tracker.apply(
+    upsert("Service", svc("topo", { topologyKeys: ["topology.kubernetes.io/zone", "*"] })),
+  );
+  tracker.apply(upsert("Service", svc("plain", { clusterIP: "10.96.0.13" })));
+  tracker.apply(
+    upsert("EndpointSlice", slice("topo-1", "topo", ["10.244.2.5"], { nodeName: "node-b" })),
+  );
+  tracker.apply(
+    upsert("EndpointSlice", slice("plain-1", "plain", ["10.244.2.6"], { nodeName: "node-b" })),
+  );
+  tracker.apply(upsert("Node", node("node-b", { "topology.kubernetes.io/zone": "zone-b" })));
+  tracker.drain();
+  assert.equal(
+    tracker.apply(upsert("Node", node("node-b", { "topology.kubernetes.io/zone": "zone-c" }))),
+    true,
+  );
+  const change = tracker.drain();
+  assert.deepEqual([...change.changedServices], ["default/topo"]);
+  assert.equal(change.globalChange, false);
+});
+
+Deno.test("Tracker.drain() reports oldestChangeAt of the earliest effective change", () => {
+  const now = { t: 5000 };
+  const tracker = newTracker(now);
+  tracker.apply(upsert("Service", svc("a", { clusterIP: "10.96.0.1" })));
+  tracker.apply(remove("Service", svc("a")));
+  now.t = 6000;
+  tracker.apply(upsert("Service", svc("b", { clusterIP: "10.96.0.2" })));
+  now.t = 7000;
+  tracker.apply(upsert("Node", node("node-a")));
+  const change = tracker.drain();
+  assert.equal(change.oldestChangeAt, 6000);
+  assert.deepEqual([...change.changedServices], ["default/b"]);
+});
+
+Deno.test("Tracker.drain() stays cheap at 30k services and 300k endpoints", () => {
+  const tracker = newTracker();
+  for (let i = 0; i < 30000; i++) {
+    const name = `svc-${i}`;
+    const ip = `10.${96 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`;
+    tracker.apply(upsert("Service", svc(name, { clusterIP: ip })));
+    const ips = Array.from(
+      { length: 10 },
+      (_, j) => `10.244.${(i * 10 + j) >> 16 & 255}.${((i * 10 + j) >> 8) & 255}`,
+    ).map((p, j) => `${p}.${(i * 10 + j) & 255}`);
+    tracker.apply(upsert("EndpointSlice", slice(`${name}-x`, name, ips)));
+  }
+  tracker.drain();
+  const started = performance.now();
+  for (let round = 0; round < 20; round++) {
+    tracker.apply(upsert("EndpointSlice", slice("svc-7-x", "svc-7", [`10.250.0.${round + 1}`])));
+    const change = tracker.drain();
+    assert.equal(change.changedServices.size, 1);
+  }
+  const perDrain = (performance.now() - started) / 20;
+  assert.ok(perDrain < 50, `drain took ${perDrain.toFixed(1)} ms`);
+});
+
+Deno.test("Tracker logs one warning per distinct error of an invalid object", async () => {
+  const records: LogRecord[] = [];
+  await configure({
+    sinks: { buffer: (record) => records.push(record) },
+    loggers: [
+      { category: ["kproxy", "tracker"], sinks: ["buffer"], lowestLevel: "debug" },
+      { category: ["logtape", "meta"], sinks: [], lowestLevel: "error" },
+    ],
+    reset: true,
+  });
+  try {
+    const tracker = newTracker();
+    const bad = svc("web", { ports: [{ port: 70000 }] });
+    tracker.apply(upsert("Service", bad));
+    tracker.apply(upsert("Service", bad));
+    tracker.apply(upsert("Service", svc("web", { ports: [{ port: 0 }] })));
+    assert.equal(records.length, 2);
+    assert.equal(records[0]?.level, "warning");
+    assert.deepEqual(records[0]?.properties, {
+      kind: "Service",
+      key: "default/web",
+      reason: "spec.ports[0].port: 70000 is out of range 1-65535",
+    });
+  } finally {
+    await reset();
+  }
+});

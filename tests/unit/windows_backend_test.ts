@@ -1,0 +1,264 @@
+import { deepStrictEqual as assertEquals, ok, rejects, throws } from "node:assert/strict";
+import { createWindowsBackend, HnsSyncError, POWERSHELL_ARGS } from "../../backends/windows/mod.ts";
+import {
+  conjureMac,
+  DISTRIBUTION,
+  isKproxyId,
+  LB_FLAGS,
+  PORT_FLAGS,
+  renderWindows,
+} from "../../backends/windows/render.ts";
+import type { SyncRequest } from "../../backends/backend.ts";
+import { type Command, type CommandResult, FakeExecutor } from "../../lib/exec.ts";
+import type { Plan } from "../../lib/plan.ts";
+import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
+
+const FOREIGN_LB = "0f0e0d0c-0000-0000-0000-000000000001";
+const FOREIGN_EP = "0f0e0d0c-0000-0000-0000-000000000002";
+const STALE_LB = "6b70726f-0001-0000-0000-00000000dead";
+const STALE_EP = "6b70726f-0002-0000-0000-00000000dead";
+
+/**
+ * A fake HNS behind a FakeExecutor: answers list scripts with recorded HCN
+ * JSON and applies sync scripts by reading their command lines.
+ */
+class FakeHns {
+  readonly loadBalancers = new Set<string>();
+  readonly endpoints = new Set<string>();
+  readonly failing = new Set<string>();
+  readonly scripts: string[] = [];
+  readonly executor = new FakeExecutor((command) => this.#run(command));
+
+  #run(command: Command): CommandResult {
+    assertEquals(command.program, "powershell.exe");
+    assertEquals(command.args, [...POWERSHELL_ARGS]);
+    const script = command.stdin ?? "";
+    this.scripts.push(script);
+    if (script.includes("$KpList =")) {
+      // Recorded shape of HCN properties (trimmed), as ConvertTo-Json prints them.
+      const loadBalancers = [...this.loadBalancers].map((id) => ({
+        ID: id.toUpperCase(),
+        HostComputeEndpoints: [],
+        FrontendVIPs: ["10.96.0.10"],
+        PortMappings: [{ Protocol: 6, InternalPort: 8080, ExternalPort: 80 }],
+        SchemaVersion: { Major: 2, Minor: 0 },
+      }));
+      const endpoints = [...this.endpoints].map((id) => ({
+        ID: id,
+        Name: "ep",
+        IpConfigurations: [{ IpAddress: "10.244.2.7" }],
+        Flags: 1,
+      }));
+      return { code: 0, stdout: JSON.stringify({ loadBalancers, endpoints }) + "\r\n", stderr: "" };
+    }
+    const reply = {
+      createdLoadBalancers: [] as string[],
+      createdEndpoints: [] as string[],
+      deleted: [] as string[],
+      skipped: [],
+      missingLocal: [],
+      errors: [] as { id: string; error: string }[],
+    };
+    for (const line of script.split("\n")) {
+      const match =
+        /^(Remove-KpLoadBalancer|Remove-KpEndpoint|New-KpRemoteEndpoint -Id|New-KpLoadBalancer -Id) '([0-9a-f-]+)'/
+          .exec(line);
+      if (!match) continue;
+      const [, verb = "", id = ""] = match;
+      if (this.failing.has(id)) {
+        reply.errors.push({
+          id,
+          error: "HcnCreateLoadBalancer failed (0x803B0011): already exists",
+        });
+        continue;
+      }
+      if (verb === "Remove-KpLoadBalancer") this.loadBalancers.delete(id);
+      if (verb === "Remove-KpEndpoint") this.endpoints.delete(id);
+      if (verb.startsWith("Remove")) reply.deleted.push(id);
+      if (verb.startsWith("New-KpRemoteEndpoint")) {
+        this.endpoints.add(id);
+        reply.createdEndpoints.push(id);
+      }
+      if (verb.startsWith("New-KpLoadBalancer")) {
+        this.loadBalancers.add(id);
+        reply.createdLoadBalancers.push(id);
+      }
+    }
+    return { code: 0, stdout: "WARNING: noise\r\n" + JSON.stringify(reply) + "\r\n", stderr: "" };
+  }
+
+  /** Command lines (verb and id) of the last sync script. */
+  lastChanges(): string[] {
+    const script = this.scripts.at(-1) ?? "";
+    return script.split("\n").filter((line) => /^(Remove|New)-Kp\w+ /.test(line)).map((line) =>
+      line.split(" ").slice(0, 3).join(" ").replace(/ -Id/, "")
+    );
+  }
+}
+
+function config() {
+  const c = testConfig({ proxyMode: "kernelspace" });
+  c.winkernel.networkName = "cbr0";
+  return c;
+}
+
+function request(plan: Plan, full: boolean): SyncRequest {
+  return { plans: [plan], previous: [], changed: new Set(), full };
+}
+
+function ids(plan: Plan): string[] {
+  return renderWindows(plan).loadBalancers.map((lb) => lb.id);
+}
+
+Deno.test("WindowsBackend.sync() at start deletes stale kproxy objects and keeps foreign ones", async () => {
+  const hns = new FakeHns();
+  const [kept = ""] = ids(SCENARIOS.nodeport!);
+  for (const id of [FOREIGN_LB, STALE_LB, kept]) hns.loadBalancers.add(id);
+  for (const id of [FOREIGN_EP, STALE_EP]) hns.endpoints.add(id);
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  const result = await backend.sync(request(SCENARIOS.nodeport!, true));
+  assertEquals(result.full, true);
+  assertEquals(hns.scripts.length, 2, "one list script, one sync script");
+  const desired = renderWindows(SCENARIOS.nodeport!);
+  assertEquals(hns.lastChanges(), [
+    `Remove-KpLoadBalancer '${STALE_LB}'`,
+    `Remove-KpEndpoint '${STALE_EP}'`,
+    `New-KpRemoteEndpoint '${desired.remoteEndpoints[0]!.id}'`,
+    ...desired.loadBalancers.filter((lb) => lb.id !== kept).map((lb) =>
+      `New-KpLoadBalancer '${lb.id}'`
+    ),
+  ]);
+  ok(hns.loadBalancers.has(FOREIGN_LB) && hns.endpoints.has(FOREIGN_EP));
+  assertEquals(
+    [...hns.loadBalancers].filter(isKproxyId).sort(),
+    desired.loadBalancers.map((lb) => lb.id),
+  );
+});
+
+Deno.test("WindowsBackend.sync() incremental touches only the changed service", async () => {
+  const hns = new FakeHns();
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  const web = servicePort();
+  const api = servicePort({
+    id: "default/api:/TCP",
+    name: "api",
+    clusterIPs: ["10.96.0.20"],
+    port: 443,
+  });
+  await backend.sync(request(planOf([web, api]), true));
+  const scripts = hns.scripts.length;
+
+  const web2 = servicePort({
+    internal: { ...web.internal, endpoints: [endpoint("10.244.1.5", 8080, true)] },
+  });
+  const result = await backend.sync(request(planOf([web2, api]), false));
+  assertEquals(result.full, false);
+  assertEquals(hns.scripts.length, scripts + 1, "no list script on an incremental sync");
+  const [oldWeb = ""] = ids(planOf([web]));
+  const [newWeb = ""] = ids(planOf([web2]));
+  assertEquals(hns.lastChanges(), [
+    `Remove-KpLoadBalancer '${oldWeb}'`,
+    // The remote endpoint 10.244.2.7 stays: api still uses it.
+    `New-KpLoadBalancer '${newWeb}'`,
+  ]);
+
+  await backend.sync(request(planOf([web2, api]), false));
+  assertEquals(hns.scripts.length, scripts + 1, "nothing changed: no PowerShell at all");
+});
+
+Deno.test("WindowsBackend.sync() failure reports HNS errors and resyncs fully next time", async () => {
+  const hns = new FakeHns();
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  const [first = ""] = ids(SCENARIOS.clusterip!);
+  hns.failing.add(first);
+  await rejects(backend.sync(request(SCENARIOS.clusterip!, true)), HnsSyncError);
+  hns.failing.clear();
+  const before = hns.scripts.length;
+  const result = await backend.sync(request(SCENARIOS.clusterip!, false));
+  assertEquals(result.full, true);
+  ok(hns.scripts[before]!.includes("$KpList ="), "lists HNS again");
+  assertEquals(hns.lastChanges(), [`New-KpLoadBalancer '${first}'`]);
+});
+
+Deno.test("WindowsBackend.cleanup() removes every kproxy object and nothing else", async () => {
+  const hns = new FakeHns();
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  await backend.sync(request(SCENARIOS["loadbalancer-source-ranges"]!, true));
+  hns.loadBalancers.add(FOREIGN_LB);
+  hns.endpoints.add(FOREIGN_EP);
+  hns.loadBalancers.add(STALE_LB);
+  assertEquals(await backend.checkDrift!(), true);
+  await backend.cleanup();
+  assertEquals([...hns.loadBalancers], [FOREIGN_LB]);
+  assertEquals([...hns.endpoints], [FOREIGN_EP]);
+  ok(!hns.scripts.at(-1)!.includes("$KpNetworkName"), "deleting needs no network lookup");
+});
+
+Deno.test("createWindowsBackend() rejects a network name that is not printable ASCII", () => {
+  for (const name of ["", "cbr0\nRemove-Item C:\\", "x".repeat(300)]) {
+    const c = config();
+    c.winkernel.networkName = name;
+    throws(() => createWindowsBackend({ executor: new FakeExecutor(), config: c }), TypeError);
+  }
+});
+
+Deno.test("renderWindows() sets HNS flags per address kind, DSR and affinity", () => {
+  const plan = planOf([
+    servicePort({
+      nodePort: 30080,
+      externalIPs: ["198.51.100.20"],
+      loadBalancerIPs: ["203.0.113.10"],
+      externalLocal: true,
+      affinityTimeoutSeconds: 10800,
+    }),
+  ]);
+  const byKind = (dsr: boolean) =>
+    Object.fromEntries(
+      renderWindows(plan, { dsr }).loadBalancers.map((lb) => [lb.kind, lb]),
+    );
+  const off = byKind(false);
+  assertEquals(off.clusterIP?.portFlags, PORT_FLAGS.none);
+  assertEquals(off.nodePort?.portFlags, PORT_FLAGS.localRoutedVip | PORT_FLAGS.vipExternalIp);
+  assertEquals(off.nodePort?.vip, "");
+  assertEquals(off.nodePort?.externalPort, 30080);
+  assertEquals(off.externalIP?.flags, LB_FLAGS.none);
+  assertEquals(off.clusterIP?.distribution, DISTRIBUTION.sourceIP);
+  const on = byKind(true);
+  assertEquals(on.clusterIP?.flags, LB_FLAGS.dsr);
+  assertEquals(on.loadBalancerIP?.flags, LB_FLAGS.dsr);
+  assertEquals(on.externalIP?.flags, LB_FLAGS.dsr);
+  assertEquals(on.nodePort?.flags, LB_FLAGS.none);
+  assertEquals(renderWindows(plan).unsupported, []);
+});
+
+Deno.test("renderWindows() reports what HNS cannot do", () => {
+  const plan = planOf([
+    servicePort({
+      affinityTimeoutSeconds: 60,
+      loadBalancerIPs: ["203.0.113.10"],
+      sourceRanges: ["198.51.100.0/24"],
+      internal: {
+        endpoints: [endpoint("10.244.1.5", 8080, true), endpoint("10.244.2.7", 9090)],
+        whenEmpty: "reject",
+        reason: "",
+      },
+    }),
+  ]);
+  const reasons = renderWindows(plan).unsupported.map((u) => u.reason);
+  ok(reasons.some((r) => r.includes("session affinity timeout 60s is not supported on Windows")));
+  ok(reasons.some((r) => r.includes("loadBalancerSourceRanges")));
+  ok(reasons.some((r) => r.includes("10.244.2.7:9090 left out")));
+});
+
+Deno.test("renderWindows() creates no load balancer without endpoints", () => {
+  const plan = planOf([
+    servicePort({ internal: { endpoints: [], whenEmpty: "reject", reason: "" } }),
+  ]);
+  const state = renderWindows(plan);
+  assertEquals(state.loadBalancers.filter((lb) => lb.kind === "clusterIP"), []);
+});
+
+Deno.test("conjureMac() derives upstream's 02-11 MAC from IPv4 and IPv6 addresses", () => {
+  assertEquals(conjureMac("10.244.2.7"), "02-11-0a-f4-02-07");
+  assertEquals(conjureMac("fd00:244::1:2:3:4"), "02-11-04-00-03-00");
+});
