@@ -18,7 +18,7 @@ import {
   helpText,
   parseCommandLine,
 } from "./config.ts";
-import type { Config } from "./config_types.ts";
+import type { Config, ProxyMode } from "./config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
@@ -253,22 +253,44 @@ async function cleanup(config: Config, options: AppOptions): Promise<number> {
   const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
   await backend.cleanup();
   logger.info("Removed the rules of the {mode} mode", { mode: backend.mode });
-  if (options.backend) return 0;
-  const windows = Deno.build.os === "windows";
-  for (const mode of PROXY_MODES) {
-    if (mode === config.proxyMode || (mode === "kernelspace") !== windows) continue;
+  if (!options.backend) await cleanupOtherModes(config, options, "warn");
+  return 0;
+}
+
+/**
+ * Modes whose leftovers a mode removes: switching modes must not leave the old
+ * mode's rules in the packet path (seed 000). ipvs keeps the iptables rules it
+ * shares chain names with; it rewrites them on its first sync.
+ */
+const LEFTOVERS: Readonly<Record<ProxyMode, readonly ProxyMode[]>> = {
+  nftables: ["iptables", "ipvs"],
+  iptables: ["nftables", "ipvs"],
+  ipvs: ["nftables"],
+  kernelspace: [],
+};
+
+/** Removes what other modes left behind, best-effort. */
+async function cleanupOtherModes(
+  config: Config,
+  options: AppOptions,
+  level: "warn" | "debug",
+): Promise<void> {
+  const others = config.cleanup
+    ? PROXY_MODES.filter((mode) => mode !== config.proxyMode && mode !== "kernelspace")
+    : LEFTOVERS[config.proxyMode];
+  if (Deno.build.os === "windows") return;
+  for (const mode of others) {
     try {
       const other = await createBackend(mode, {
-        executor: new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[mode] }),
+        executor: options.executor ?? new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[mode] }),
         config,
       });
       await other.cleanup();
       logger.info("Removed the rules of the {mode} mode", { mode });
     } catch (error) {
-      logger.warn("Cannot clean up the {mode} mode: {error}", { mode, error });
+      logger[level]("Cannot clean up the {mode} mode: {error}", { mode, error });
     }
   }
-  return 0;
 }
 
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
@@ -276,6 +298,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
   const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
   const source = options.source ?? await createSource(config);
+  if (!options.backend) await cleanupOtherModes(config, options, "debug");
   if (config.conntrack.tcpBeLiberal) {
     await setSysctls(executor, { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" }).catch(
       (error) => logger.warn("Cannot set conntrack liberal mode: {error}", { error }),

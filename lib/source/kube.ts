@@ -282,6 +282,8 @@ export class KubeSource implements Source {
         }
       } catch (error) {
         if (signal.aborted) break;
+        // Missing permissions never heal by retrying: fail loudly.
+        if (error instanceof Deno.errors.NotCapable) throw error;
         if (error instanceof GoneError) {
           logger.info("Watch of {kind} expired (410 Gone), relisting", { kind: resource.kind });
           needList = true;

@@ -313,3 +313,53 @@ for (const { mode, tools, dump, programmed } of KERNEL_MODES) {
     },
   });
 }
+
+const switchSkip = canRunKernelTests(["nft", "iptables-save", "iptables-restore"]);
+if (switchSkip) console.log(`Skipping the mode-switch test of main.ts: ${switchSkip}`);
+Deno.test({
+  name: "main.ts removes the rules another mode left behind when it starts",
+  ignore: switchSkip !== undefined,
+  async fn() {
+    const ns = `kp-shell-${crypto.randomUUID().slice(0, 8)}`;
+    await new Deno.Command("ip", { args: ["netns", "add", ns] }).output();
+    try {
+      await inNamespace(ns, "ip", "link", "set", "lo", "up");
+      await withManifests(async (dir) => {
+        const runUntilProgrammed = async (mode: (typeof KERNEL_MODES)[number]) => {
+          const child = new Deno.Command("ip", {
+            args: [
+              ...["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN],
+              `--proxy-mode=${mode.mode}`,
+              ...["--manifests", dir, "--hostname-override=node-a"],
+              "--healthz-bind-address=127.0.0.1:0",
+              "--metrics-bind-address=127.0.0.1:0",
+            ],
+            env: QUIET_ENV,
+            stdout: "piped",
+            stderr: "piped",
+          }).spawn();
+          const output = child.output();
+          const deadline = Date.now() + 15_000;
+          try {
+            while (!mode.programmed.test(await inNamespace(ns, ...mode.dump))) {
+              if (Date.now() > deadline) throw new Error(`${mode.mode} mode did not program`);
+              await new Promise((resolve) => setTimeout(resolve, 100));
+            }
+          } finally {
+            child.kill("SIGTERM");
+            await output;
+          }
+        };
+        const [iptables, nftables] = KERNEL_MODES;
+        await runUntilProgrammed(iptables!);
+        assert.match(await inNamespace(ns, "iptables-save"), /KUBE-SERVICES/);
+        await runUntilProgrammed(nftables!);
+        assert.doesNotMatch(await inNamespace(ns, "iptables-save"), /KUBE-SERVICES|10\.96\.0\.10/);
+        await runUntilProgrammed(iptables!);
+        assert.doesNotMatch(await inNamespace(ns, "nft", "list", "ruleset"), /kproxy/);
+      });
+    } finally {
+      await new Deno.Command("ip", { args: ["netns", "del", ns] }).output();
+    }
+  },
+});

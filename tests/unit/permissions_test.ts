@@ -4,6 +4,7 @@ import {
   hostPortOfURL,
   LINUX_PROGRAMS,
   MODE_PROGRAMS,
+  permissionInputFor,
   permissionsFor,
 } from "../../lib/permissions.ts";
 
@@ -70,4 +71,72 @@ Deno.test("hostPortOfURL() fills the scheme's default port", () => {
   assert.equal(hostPortOfURL("https://api.example"), "api.example:443");
   assert.equal(hostPortOfURL("http://127.0.0.1"), "127.0.0.1:80");
   assert.equal(hostPortOfURL("https://[fd00::1]:6443"), "[fd00::1]:6443");
+});
+
+Deno.test("permissionInputFor() finds the apiserver and the files a kubeconfig names", async (t) => {
+  const { defaultConfig } = await import("../../lib/config.ts");
+  const kubeconfig = `
+apiVersion: v1
+kind: Config
+current-context: main
+contexts:
+  - name: other
+    context: { cluster: other, user: other }
+  - name: main
+    context: { cluster: main, user: admin }
+clusters:
+  - name: other
+    cluster: { server: "https://198.51.100.9:6443" }
+  - name: main
+    cluster: { server: "https://api.cluster.test:6443", certificate-authority: ca.crt }
+users:
+  - name: admin
+    user: { client-certificate: /pki/admin.crt, client-key: /pki/admin.key }
+`;
+  const env = (vars: Record<string, string> = {}) => ({
+    readTextFile: (path: string) => {
+      assert.equal(path, "/etc/kproxy/kubeconfig");
+      return kubeconfig;
+    },
+    getEnv: (name: string) => vars[name],
+  });
+  const base = defaultConfig("node-a");
+
+  await t.step("kubeconfig: its current cluster and files", () => {
+    const input = permissionInputFor({ ...base, kubeconfig: "/etc/kproxy/kubeconfig" }, env());
+    assert.deepEqual(input.apiservers, ["api.cluster.test:6443"]);
+    assert.deepEqual(input.read.filter((p) => p !== "").sort(), [
+      "/etc/kproxy/ca.crt",
+      "/etc/kproxy/kubeconfig",
+      "/pki/admin.crt",
+      "/pki/admin.key",
+    ]);
+  });
+
+  await t.step("--master wins over the kubeconfig's server", () => {
+    const input = permissionInputFor(
+      { ...base, kubeconfig: "/etc/kproxy/kubeconfig", master: "https://10.0.0.1:443" },
+      env(),
+    );
+    assert.deepEqual(input.apiservers, ["10.0.0.1:443"]);
+  });
+
+  await t.step("in-cluster: the service variables and the service account", () => {
+    const input = permissionInputFor(
+      base,
+      env({ KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" }),
+    );
+    assert.deepEqual(input.apiservers, ["10.96.0.1:443"]);
+    assert.ok(input.read.includes("/var/run/secrets/kubernetes.io/serviceaccount"));
+  });
+
+  await t.step("manifests only: no apiserver at all", () => {
+    const input = permissionInputFor({ ...base, manifests: "/srv/manifests" }, env());
+    assert.deepEqual(input.apiservers, []);
+    assert.ok(input.read.includes("/srv/manifests"));
+  });
+
+  await t.step("nowhere to find an apiserver is an error", () => {
+    assert.throws(() => permissionInputFor(base, env()), /Cannot find the apiserver/);
+  });
 });
