@@ -20,7 +20,7 @@ Deno.test({
     assert.match(before!, /web \(cluster IP 10\.96\.0\.10:80\):\n {4}answered by pod-[ab]1 /);
     assert.match(before!, /node port 10\.201\.0\.1:30080\):\n {4}answered by pod-[ab]2 /);
     // Only pod-a1 and pod-a2 remain behind web once the file source re-read the slice.
-    assert.equal(after!.match(/answered by pod-a[12] /g)?.length, 6, after);
+    assert.equal(after!.match(/answered by pod-a[12] /g)?.length, 6, stdout);
     assert.match(stdout, /namespaces and temporary files deleted/);
     const list = await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" })
       .output();
