@@ -7,6 +7,8 @@
  * @module
  */
 
+import { MODE_PROGRAMS } from "./permissions.ts";
+
 /** One program invocation. */
 export interface Command {
   /** Program name, resolved through PATH; must be in the allow-list. */
@@ -45,35 +47,9 @@ export class CommandError extends Error {
 /** Default time a program may run before it is killed. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
 
-/** Every program any kproxy mode may run; `--allow-run` should name exactly these. */
+/** Every program any kproxy mode may run; `--allow-run` names exactly these (lib/permissions.ts). */
 export const ALL_PROGRAMS: readonly string[] = Object.freeze([
-  "nft",
-  "iptables",
-  "iptables-save",
-  "iptables-restore",
-  "ip6tables",
-  "ip6tables-save",
-  "ip6tables-restore",
-  "iptables-nft",
-  "iptables-nft-save",
-  "iptables-nft-restore",
-  "ip6tables-nft",
-  "ip6tables-nft-save",
-  "ip6tables-nft-restore",
-  "iptables-legacy",
-  "iptables-legacy-save",
-  "iptables-legacy-restore",
-  "ip6tables-legacy",
-  "ip6tables-legacy-save",
-  "ip6tables-legacy-restore",
-  "ipvsadm",
-  "ipset",
-  "ip",
-  "sysctl",
-  "conntrack",
-  "powershell.exe",
-  "pwsh",
-  "netsh",
+  ...new Set(Object.values(MODE_PROGRAMS).flat()),
 ]);
 
 /** Options for {@linkcode DenoExecutor}. */

@@ -37,8 +37,20 @@ export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
     "sysctl",
     "conntrack",
   ],
-  ipvs: ["ipvsadm", "ipset", "ip", "iptables", "iptables-save", "iptables-restore", "sysctl"],
-  kernelspace: ["powershell.exe", "netsh"],
+  ipvs: [
+    "ipvsadm",
+    "ipset",
+    "ip",
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+    "sysctl",
+    "conntrack",
+  ],
+  kernelspace: ["powershell.exe", "pwsh", "netsh"],
 };
 
 /** Every Linux program any mode may run (mode switching cleans up the other modes). */
