@@ -320,6 +320,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
     metrics,
     syncPeriodMs,
+    fullSyncPeriodMs: fullSyncPeriodFor(config.proxyMode, syncPeriodMs),
     requestSync: () => runner.run(),
     serviceHealth,
     afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
@@ -391,6 +392,17 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     ]);
   }
   return exitCode;
+}
+
+/**
+ * How often a mode rewrites everything even when nothing drifted. iptables
+ * restores in full every syncPeriod, as kube-proxy's MinimizeIPTablesRestore
+ * does; the other modes check a cheap canary every syncPeriod and rewrite in
+ * full hourly, so a 30k-service node does not reload its whole table twice a
+ * minute.
+ */
+function fullSyncPeriodFor(mode: ProxyMode, syncPeriodMs: number): number {
+  return mode === "iptables" ? syncPeriodMs : Math.max(syncPeriodMs, 3_600_000);
 }
 
 /** Deletes the UDP conntrack entries a sync made stale (upstream does this after every sync). */

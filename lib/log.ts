@@ -145,6 +145,7 @@ function placeholders(rawMessage: string | TemplateStringsArray): Set<string> {
 
 function renderInline(value: unknown): string {
   if (typeof value === "string") return value;
+  if (value instanceof Error) return value.message;
   return formatValue(value);
 }
 
