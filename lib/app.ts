@@ -320,7 +320,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
     metrics,
     syncPeriodMs,
-    fullSyncPeriodMs: fullSyncPeriodFor(config.proxyMode, syncPeriodMs),
+    fullSyncPeriodMs: Math.max(syncPeriodMs, FULL_SYNC_PERIOD_MS),
     requestSync: () => runner.run(),
     serviceHealth,
     afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
@@ -395,15 +395,12 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
 }
 
 /**
- * How often a mode rewrites everything even when nothing drifted. iptables
- * restores in full every syncPeriod, as kube-proxy's MinimizeIPTablesRestore
- * does; the other modes check a cheap canary every syncPeriod and rewrite in
- * full hourly, so a 30k-service node does not reload its whole table twice a
+ * Full rewrites happen at start, after a failure, on drift, and hourly, as
+ * kube-proxy's FullSyncPeriod: every syncPeriod only a cheap canary is
+ * checked, so a 30k-service node does not reload its whole ruleset twice a
  * minute.
  */
-function fullSyncPeriodFor(mode: ProxyMode, syncPeriodMs: number): number {
-  return mode === "iptables" ? syncPeriodMs : Math.max(syncPeriodMs, 3_600_000);
-}
+const FULL_SYNC_PERIOD_MS = 3_600_000;
 
 /** Deletes the UDP conntrack entries a sync made stale (upstream does this after every sync). */
 async function flushStaleConntrack(executor: Executor, sync: AppliedSync): Promise<void> {

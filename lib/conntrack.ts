@@ -23,7 +23,9 @@ const logger = getLogger(["kproxy", "conntrack"]);
  * - `endpoint`: entries to `origDst` (a service address) or to node port
  *   `origPortDst` that were DNATed to the removed endpoint `dstNat`;
  * - `service`: entries to `origDst:origPortDst` (or any address on node port
- *   `origPortDst`) created while the service had no endpoints.
+ *   `origPortDst`) created while the service had no endpoints, or to a
+ *   service address or node port that no longer exists (still sending to
+ *   the old endpoints).
  */
 export type StaleUdpEntry =
   | { kind: "endpoint"; family: IpFamily; origDst: string; dstNat: string }
@@ -59,6 +61,20 @@ function staleFor(
       if (before.nodePort > 0) {
         add({ kind: "endpoint", family, origPortDst: before.nodePort, dstNat: endpoint });
       }
+    }
+  }
+  if (before !== undefined && before.protocol === "UDP") {
+    const stillUDP = after?.protocol === "UDP";
+    const nowVIPs = new Set(
+      stillUDP && after.port === before.port
+        ? [...after.clusterIPs, ...after.externalIPs, ...after.loadBalancerIPs]
+        : [],
+    );
+    for (const ip of [...before.clusterIPs, ...before.externalIPs, ...before.loadBalancerIPs]) {
+      if (!nowVIPs.has(ip)) add({ kind: "service", family, origDst: ip, origPortDst: before.port });
+    }
+    if (before.nodePort > 0 && !(stillUDP && after.nodePort === before.nodePort)) {
+      add({ kind: "service", family, origPortDst: before.nodePort });
     }
   }
   if (after === undefined || after.protocol !== "UDP") return;

@@ -146,3 +146,22 @@ export function isOwnedChain(name: string): boolean {
       name !== Chains.kubeletFirewall ||
     /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/.test(name);
 }
+
+/**
+ * The jumps of `jumps` that `iptables-save` output of their tables does not
+ * show: a rule in the built-in chain that jumps to the target and carries the
+ * comment. Tables missing from `saves` count as holding no jump.
+ */
+export function missingJumps(
+  saves: Partial<Record<IptablesTable, string>>,
+  jumps: readonly BaseJump[],
+): BaseJump[] {
+  return jumps.filter((jump) => {
+    const save = saves[jump.table] ?? "";
+    return !save.split("\n").some((line) =>
+      line.startsWith(`-A ${jump.from} `) && line.endsWith(` -j ${jump.to}`) &&
+      (jump.comment === "" || line.includes(jump.comment)) &&
+      jump.match.every((word) => line.includes(word))
+    );
+  });
+}

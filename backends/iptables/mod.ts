@@ -22,6 +22,7 @@ import {
   Chains,
   type IptablesTable,
   LOCALHOST_FIREWALL_JUMPS,
+  missingJumps,
 } from "./chains.ts";
 import {
   detectVariant,
@@ -115,15 +116,15 @@ class IptablesBackend implements Backend {
       const programs = iptablesPrograms(variant, plan.family);
       const previous = this.#applied.get(plan.family);
       this.#applied.delete(plan.family);
-      const applied = request.full || !previous
+      const rewriteAll = request.full || !previous;
+      const applied = rewriteAll
         ? await this.#syncFull(plan, programs)
         : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
       this.#applied.set(plan.family, plan);
-      full ||= !previous || request.full;
+      full ||= rewriteAll;
+      const kind = rewriteAll ? "full" : "partial";
       parts.push(
-        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${
-          !previous || request.full ? "full" : "partial"
-        })`,
+        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
       );
       if (previous) await this.#flushStaleConntrack(previous, plan, request);
     }
@@ -225,9 +226,15 @@ class IptablesBackend implements Backend {
       await setSysctls(this.#executor, { "net.ipv4.conf.all.route_localnet": "1" });
       this.#routeLocalnetSet = true;
     }
+    // One save per table replaces a -C per jump (each reads the whole table).
+    const nat = await this.#save(programs, "nat");
+    const filter = await this.#save(programs, "filter");
+    const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
+    const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
     const scripts = renderFullInChunks(plan, {
       ...this.#renderOptions,
-      existingChains: await this.#existingNatChains(programs),
+      existingChains: nat === undefined ? [] : parseSavedChains(nat),
+      insertJumps: missingJumps({ nat, filter }, known),
       maxChainsPerChunk: this.#variant === "nft" ? this.#nftChainsPerRestore : Infinity,
     });
     let rules = 0;
@@ -235,8 +242,9 @@ class IptablesBackend implements Backend {
       await this.#restore(programs, script);
       rules += script.ruleCount;
     }
-    const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
-    for (const jump of jumps) await this.#ensureJump(programs, jump);
+    for (const jump of jumps) {
+      if (!known.includes(jump)) await this.#ensureJump(programs, jump);
+    }
     return { rules, scripts: scripts.length };
   }
 
@@ -249,16 +257,15 @@ class IptablesBackend implements Backend {
     return { rules: script.ruleCount, scripts: script.isEmpty ? 0 : 1 };
   }
 
-  async #existingNatChains(programs: IptablesPrograms): Promise<string[]> {
-    const result = await this.#executor.run({ program: programs.save, args: ["-t", "nat"] });
-    if (result.code !== 0) {
-      logger.warn("Cannot list nat chains with {program}: stale chains are kept: {stderr}", {
-        program: programs.save,
-        stderr: result.stderr.trim(),
-      });
-      return [];
-    }
-    return parseSavedChains(result.stdout);
+  async #save(programs: IptablesPrograms, table: IptablesTable): Promise<string | undefined> {
+    const result = await this.#executor.run({ program: programs.save, args: ["-t", table] });
+    if (result.code === 0) return result.stdout;
+    logger.warn("Cannot read table {table} with {program}: {stderr}", {
+      table,
+      program: programs.save,
+      stderr: result.stderr.trim(),
+    });
+    return undefined;
   }
 
   async #restore(programs: IptablesPrograms, script: IptablesRestoreScript): Promise<void> {

@@ -10,7 +10,7 @@
 import type { IpFamily } from "../../lib/model.ts";
 import type { LocalTrafficDetector, Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
 import { cidrContains } from "../../lib/ip.ts";
-import { Chains, type IptablesTable, isOwnedChain } from "./chains.ts";
+import { type BaseJump, baseJumpArgs, Chains, type IptablesTable, isOwnedChain } from "./chains.ts";
 import { type ServiceLayout, serviceLayout } from "./layout.ts";
 import { endpointChainName, endpointString } from "./names.ts";
 import { IptablesRestoreScript } from "./script.ts";
@@ -29,6 +29,8 @@ export interface IptablesRenderOptions {
 export interface RenderFullOptions extends IptablesRenderOptions {
   /** Per-service chains found in the kernel; those the plan no longer uses are deleted. */
   existingChains?: readonly string[];
+  /** Jumps from built-in chains to insert (those not yet in the kernel), in the last script. */
+  insertJumps?: readonly BaseJump[];
 }
 
 /** The plans a partial sync moves between. */
@@ -558,6 +560,9 @@ export function renderFullInChunks(
     writeChains(last, "nat", new Map([...top.nat].filter(([chain]) => chain !== Chains.markMasq)));
   } else {
     writeChains(last, "nat", new Map([...top.nat, ...chunk]));
+  }
+  for (const jump of options.insertJumps ?? []) {
+    last.insertRule(jump.table, jump.from, baseJumpArgs(jump));
   }
   for (const chain of options.existingChains ?? []) {
     if (!used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)) {

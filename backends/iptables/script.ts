@@ -74,6 +74,13 @@ export class IptablesRestoreScript {
     return this;
   }
 
+  /** Inserts a rule at the top of any chain, e.g. a jump in a built-in chain. */
+  insertRule(table: IptablesTable, chain: string, args: readonly string[]): this {
+    if (!this.#validChain(chain)) return this;
+    this.#addLine(table, "-I", chain, args);
+    return this;
+  }
+
   /** Deletes a rule (given by its arguments) from any chain, e.g. a jump in a built-in chain. */
   deleteRule(table: IptablesTable, chain: string, args: readonly string[]): this {
     if (!this.#validChain(chain)) return this;
@@ -114,7 +121,12 @@ export class IptablesRestoreScript {
     return lines.length === 0 ? "" : lines.join("\n") + "\n";
   }
 
-  #addLine(table: IptablesTable, verb: "-A" | "-D", chain: string, args: readonly string[]): void {
+  #addLine(
+    table: IptablesTable,
+    verb: "-A" | "-I" | "-D",
+    chain: string,
+    args: readonly string[],
+  ): void {
     const words: string[] = [verb, chain];
     for (const arg of args) {
       const word = quoteArg(arg);

@@ -2,7 +2,7 @@
  * The nftables proxy mode: renders Plans with `render.ts` and applies every
  * family in ONE `nft -f -` call per sync. It keeps its own record of what the
  * kernel holds (the last applied plans) and never reads the tables back on a
- * sync; drift is checked on a tiny canary chain.
+ * sync; drift is checked on a one-element canary set.
  *
  * @module
  */
@@ -15,7 +15,7 @@ import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { setSysctls } from "../../lib/sysctl.ts";
 import {
-  CANARY_CHAIN,
+  CANARY_SET,
   DEFAULT_TABLE,
   parseCanaryGeneration,
   renderDeleteTable,
@@ -149,7 +149,7 @@ class NftablesBackend implements Backend {
       const { family: nftFamily, table } = tableRef(family, this.#table);
       const result = await this.#executor.run({
         program: "nft",
-        args: ["list", "chain", nftFamily, table, CANARY_CHAIN],
+        args: ["list", "set", nftFamily, table, CANARY_SET],
       });
       const generation = result.code === 0 ? parseCanaryGeneration(result.stdout) : undefined;
       if (generation !== this.#generation) {

@@ -46,6 +46,22 @@ function safe(text: string): string {
 export type ServiceObjectKind = "svc" | "ext" | "aff" | "affx";
 
 /**
+ * The part of a service port's object names after the kind:
+ * `<HASH>-<ns>/<name>/<proto>/<port name or _>`.
+ */
+export function serviceNameSuffix(
+  service: Pick<ServicePortPlan, "id" | "namespace" | "name" | "portName" | "protocol">,
+): string {
+  const readable = [
+    safe(service.namespace),
+    safe(service.name),
+    service.protocol.toLowerCase(),
+    service.portName === "" ? "_" : safe(service.portName),
+  ].join("/");
+  return `${shortHash(service.id)}-${readable}`;
+}
+
+/**
  * The name of one per-service-port object, derived from its id only.
  *
  * @example Usage
@@ -57,11 +73,10 @@ export function serviceObjectName(
   kind: ServiceObjectKind,
   service: Pick<ServicePortPlan, "id" | "namespace" | "name" | "portName" | "protocol">,
 ): string {
-  const readable = [
-    safe(service.namespace),
-    safe(service.name),
-    service.protocol.toLowerCase(),
-    service.portName === "" ? "_" : safe(service.portName),
-  ].join("/");
-  return `${kind}-${shortHash(service.id)}-${readable}`.slice(0, MAX_NAME_LENGTH);
+  return objectName(kind, serviceNameSuffix(service));
+}
+
+/** Joins a kind and a {@linkcode serviceNameSuffix}, truncated to {@linkcode MAX_NAME_LENGTH}. */
+export function objectName(kind: ServiceObjectKind, suffix: string): string {
+  return `${kind}-${suffix}`.slice(0, MAX_NAME_LENGTH);
 }

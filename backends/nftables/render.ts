@@ -33,7 +33,7 @@ import { getLogger } from "@logtape/logtape";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/plan.ts";
 import { canonicalIP, ipFamily, parseCIDR } from "../../lib/ip.ts";
-import { serviceObjectName } from "./names.ts";
+import { objectName, serviceNameSuffix } from "./names.ts";
 import {
   Chain,
   type ChainOptions,
@@ -54,8 +54,12 @@ export const DEFAULT_TABLE = "kproxy";
 /** Default masquerade mark: bit 14, as kube-proxy. */
 export const DEFAULT_MASQUERADE_MARK = 0x4000;
 
-/** Name of the tiny chain whose rule comment carries the sync generation. */
-export const CANARY_CHAIN = "canary";
+/**
+ * Name of the one-element set holding the sync generation. Listing a set is
+ * cheap at any table size (0.12 s at 30k services), while `nft list chain`
+ * fetches every rule of the table first (3.9 s at 30k).
+ */
+export const CANARY_SET = "canary";
 
 /** Options shared by the render functions. */
 export interface RenderOptions {
@@ -63,7 +67,7 @@ export interface RenderOptions {
   table?: string;
   /** Packet mark bit that asks nat postrouting to masquerade. @default {0x4000} */
   masqueradeMark?: number;
-  /** Sync generation written to the canary chain. @default {0} */
+  /** Sync generation written to the canary set. @default {0} */
   generation?: number;
   /**
    * Drop forwarded packets conntrack marks INVALID, as upstream's iptables
@@ -261,14 +265,16 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     throw new TypeError(`Cannot render protocol "${service.protocol}"`);
   }
   const servicePort = port(service.port, "service port");
-  const svcChain = serviceObjectName("svc", service);
-  const extChain = serviceObjectName("ext", service);
+  const suffix = serviceNameSuffix(service);
+  const svcChain = objectName("svc", suffix);
+  const extChain = objectName("ext", suffix);
   const { internal, external } = service;
   const affinity = service.affinityTimeoutSeconds;
   const sets: NftSet[] = [];
   const affinityEndpoints = new Map<string, string[]>();
-  const affinityMap = (name: string, traffic: TrafficPlan): Affinity | undefined => {
+  const affinityMap = (kind: "aff" | "affx", traffic: TrafficPlan): Affinity | undefined => {
     if (affinity <= 0 || traffic.endpoints.length === 0) return undefined;
+    const name = objectName(kind, suffix);
     const ports = new Set(traffic.endpoints.map((e) => port(e.port, "endpoint port")));
     const single = ports.size === 1 ? [...ports][0] : undefined;
     if (single === undefined && ctx.family === "IPv6") {
@@ -304,7 +310,7 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
       ctx,
       service,
       internal.endpoints,
-      affinityMap(serviceObjectName("aff", service), internal),
+      affinityMap("aff", internal),
     ),
   );
   const chains = [{ chain: new Chain({ name: svcChain }), rules: svcRules }];
@@ -315,13 +321,13 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
   const hasExternal = externalAddresses.length > 0 || service.nodePort > 0;
   if (hasExternal) {
     const same = sameEndpoints(internal, external);
-    const extMapName = serviceObjectName(same ? "aff" : "affx", service);
+    const extMapKind = same ? "aff" : "affx";
     const extRules: string[] = [];
     if (service.externalLocal) {
       for (const match of ctx.localMatches) extRules.push(`${match} goto ${svcChain}`);
       extRules.push(`fib saddr type local ${ctx.markSet} goto ${svcChain}`);
       extRules.push(
-        ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapName, external)),
+        ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapKind, external)),
       );
     } else {
       extRules.push(ctx.markSet);
@@ -329,7 +335,7 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
         extRules.push(`goto ${svcChain}`);
       } else {
         extRules.push(
-          ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapName, external)),
+          ...endpointRules(ctx, service, external.endpoints, affinityMap(extMapKind, external)),
         );
       }
     }
@@ -577,17 +583,18 @@ function skeleton(ctx: Context, dropInvalid: boolean): { sets: NftSet[]; chains:
 }
 
 function canary(tx: Transaction, generation: number, fresh: boolean): void {
-  const chain = new Chain({ name: CANARY_CHAIN });
-  if (fresh) tx.add(chain);
-  else tx.flush(chain);
-  tx.add(
-    new Rule({ chain: CANARY_CHAIN, rule: `counter comment "kproxy generation ${generation}"` }),
-  );
+  if (!Number.isInteger(generation) || generation < 0 || generation > 0xffffffff) {
+    throw new RangeError(`Cannot write canary generation "${generation}": not a 32-bit number`);
+  }
+  const set = new NftSet({ name: CANARY_SET, type: "mark", comment: "kproxy sync generation" });
+  if (fresh) tx.add(set);
+  else tx.flush(set);
+  tx.add(new Element({ set: CANARY_SET, key: [String(generation)] }));
 }
 
-/** Parses the generation out of `nft list chain … canary` output, or undefined. */
+/** Parses the generation out of `nft list set … canary` output, or undefined. */
 export function parseCanaryGeneration(listing: string): number | undefined {
-  const match = listing.match(/"kproxy generation (\d+)"/);
+  const match = listing.match(/elements = \{ (0x[0-9a-fA-F]+|[0-9]+) \}/);
   return match === null ? undefined : Number(match[1]);
 }
 
@@ -636,7 +643,7 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
   tx.add(new Table({ comment: "rules for kproxy" }));
   const { sets, chains } = skeleton(ctx, options.dropInvalid ?? true);
   for (const set of sets) tx.add(set);
-  for (const { rules, ...chain } of chains) tx.add(new Chain(chain));
+  for (const { rules: _rules, ...chain } of chains) tx.add(new Chain(chain));
   for (const { name, rules } of chains) {
     for (const rule of rules) tx.add(new Rule({ chain: name, rule }));
   }

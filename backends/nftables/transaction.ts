@@ -230,10 +230,11 @@ export const ELEMENTS_PER_LINE = 1000;
  */
 export class Transaction {
   readonly #where: TableRef;
-  readonly #lines: string[] = [];
+  /** Script lines; an element line is kept as its head and items until written. */
+  readonly #lines: (string | { head: string; items: string[] })[] = [];
   #ops = 0;
   /** The last line when it is an element line that more elements may join. */
-  #open?: { verb: Verb; set: string; count: number };
+  #open?: { verb: Verb; set: string; items: string[] };
   #error?: TypeError;
 
   constructor(where: TableRef) {
@@ -288,15 +289,15 @@ export class Transaction {
       const open = this.#open;
       if (
         open !== undefined && open.verb === verb && open.set === object.options.set &&
-        open.count < ELEMENTS_PER_LINE
+        open.items.length < ELEMENTS_PER_LINE
       ) {
-        const last = this.#lines.length - 1;
-        this.#lines[last] = `${this.#lines[last]!.slice(0, -2)}, ${object.item(verb)} }`;
-        open.count++;
+        open.items.push(object.item(verb));
         return;
       }
-      this.#lines.push(object.write(verb, this.#where));
-      this.#open = { verb, set: object.options.set, count: 1 };
+      const items = [object.item(verb)];
+      const { family, table } = this.#where;
+      this.#lines.push({ head: `${verb} element ${family} ${table} ${object.options.set}`, items });
+      this.#open = { verb, set: object.options.set, items };
       return;
     }
     this.#open = undefined;
@@ -305,7 +306,9 @@ export class Transaction {
 
   /** The exact `nft -f` input. */
   toString(): string {
-    const body = this.#lines.join("\n");
+    const body = this.#lines
+      .map((line) => typeof line === "string" ? line : `${line.head} { ${line.items.join(", ")} }`)
+      .join("\n");
     const error = this.#error === undefined ? "" : `\n# ERROR: ${this.#error.message}`;
     return this.#lines.length === 0 && error === "" ? "" : `${body}${error}\n`;
   }

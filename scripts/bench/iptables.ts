@@ -40,6 +40,8 @@ export interface BenchIptablesOptions {
   endpointsPerService: number;
   /** @default {["nft", "legacy"]} */
   variants?: IptablesVariant[];
+  /** Passed to the backend: per-service chains per iptables-nft-restore input. */
+  nftChainsPerRestore?: number;
 }
 
 function endpoint(index: number, port: number): PlanEndpoint {
@@ -129,6 +131,7 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
           executor: new NetnsExecutor({ namespace, inner: host }),
           config,
           families: ["IPv4"],
+          nftChainsPerRestore: options.nftChainsPerRestore,
         });
         let start = performance.now();
         await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
@@ -161,7 +164,14 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
 
 if (import.meta.main) {
   const sizes = Deno.args.length > 0 ? Deno.args.map(Number) : [1000, 10000];
-  const rows = await benchIptables({ sizes, endpointsPerService: 10 });
+  const chunk = Number(Deno.env.get("KPROXY_BENCH_NFT_CHAINS") ?? "") || undefined;
+  const variant = Deno.env.get("KPROXY_BENCH_VARIANT") as IptablesVariant | undefined;
+  const rows = await benchIptables({
+    sizes,
+    endpointsPerService: 10,
+    nftChainsPerRestore: chunk,
+    variants: variant ? [variant] : undefined,
+  });
   console.log("variant  services  eps  rules    render ms  full ms   partial ms");
   for (const row of rows) {
     console.log(

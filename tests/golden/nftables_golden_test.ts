@@ -5,8 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { renderFull, renderIncremental } from "../../backends/nftables/render.ts";
-import { GOLDEN_PLANS, incrementalCase } from "./nftables/fixtures.ts";
+import { parseCanaryGeneration, renderFull, renderIncremental } from "../../backends/nftables/render.ts";
+import type { ServicePortPlan } from "../../lib/plan.ts";
+import { endpoint, GOLDEN_PLANS, incrementalCase, plan, servicePort } from "./nftables/fixtures.ts";
 import { nftUnavailable, withNftNamespace } from "./nftables/nft_check.ts";
 
 const DIR = new URL("./nftables/", import.meta.url);
@@ -65,7 +66,64 @@ Deno.test({
         assert.match(listing, /dnat to 10\.180\.0\.4:8080/);
         // Replacing with a full script again works atomically over the loaded table.
         await ns.nft(["-f", "-"], renderFull(inc.next, { generation: 3 }).toString());
+        const canary = (await ns.nft(["list", "set", "ip", "kproxy", "canary"])).stdout;
+        assert.equal(parseCanaryGeneration(canary), 3);
       });
+    });
+  },
+});
+
+Deno.test({
+  name: "renderIncremental() sequences apply cleanly over real nft",
+  ignore: noNft !== undefined,
+  fn: async (t) => {
+    const base = servicePort("ns1", "seq", {
+      affinityTimeoutSeconds: 60,
+      nodePort: 30200,
+      loadBalancerIPs: ["1.2.3.9"],
+      sourceRanges: ["10.9.0.0/16"],
+    });
+    const other = servicePort("ns1", "other", { clusterIPs: ["172.30.0.99"] });
+    const steps: [string, ServicePortPlan | undefined][] = [
+      ["affinity timeout changed", { ...base, affinityTimeoutSeconds: 120 }],
+      ["endpoint removed from an affinity service", {
+        ...base,
+        affinityTimeoutSeconds: 120,
+        internal: { ...base.internal, endpoints: [endpoint("10.180.0.1")] },
+        external: { ...base.external, endpoints: [endpoint("10.180.0.1")] },
+      }],
+      ["affinity and source ranges removed", { ...base, affinityTimeoutSeconds: 0, sourceRanges: [] }],
+      ["no endpoints any more", {
+        ...base,
+        internal: { endpoints: [], whenEmpty: "reject", reason: "" },
+        external: { endpoints: [], whenEmpty: "reject", reason: "" },
+      }],
+      ["endpoints back, Local policy", { ...base, externalLocal: true }],
+      ["service removed", undefined],
+      ["service re-added", base],
+    ];
+    await withNftNamespace(async (ns) => {
+      let previous = plan([base, other]);
+      await ns.nft(["-f", "-"], renderFull(previous, { generation: 1 }).toString());
+      let generation = 1;
+      for (const [name, next] of steps) {
+        await t.step(name, async () => {
+          const nextPlan = plan(next === undefined ? [other] : [next, other]);
+          const tx = renderIncremental({ plan: nextPlan, previous, changed: new Set([base.id]) }, {
+            generation: ++generation,
+          })!;
+          assert.equal(tx.error, undefined);
+          await ns.nft(["-f", "-"], tx.toString());
+          previous = nextPlan;
+        });
+      }
+      const listing = (await ns.nft(["list", "table", "ip", "kproxy"])).stdout;
+      const expected = renderFull(previous).toString();
+      for (const name of ["svc-", "ext-", "aff-"]) {
+        const inKernel = new Set(listing.match(new RegExp(`${name}[A-Z2-7]{8}-[^\\s,:]+`, "g")));
+        const inFull = new Set(expected.match(new RegExp(`${name}[A-Z2-7]{8}-[^\\s,:]+`, "g")));
+        assert.deepEqual([...inKernel].sort(), [...inFull].sort(), `${name} objects match a full render`);
+      }
     });
   },
 });

@@ -177,7 +177,10 @@ const portNumberArb = fc.oneof(
   fc.constantFrom(1, 53, 80, 443, 65535),
   fc.integer({ min: 1, max: 65535 }),
 );
-const nodePortArb = fc.oneof(fc.constantFrom(1, 30000, 32767, 65535), fc.integer({ min: 1, max: 65535 }));
+const nodePortArb = fc.oneof(
+  fc.constantFrom(1, 30000, 32767, 65535),
+  fc.integer({ min: 1, max: 65535 }),
+);
 const ianaNameArb = fc.constantFrom("http", "dns-tcp", "a", "x1", "metrics-abcdefg");
 
 interface RawPortShape {
@@ -208,7 +211,9 @@ function servicePortsArb(withNodePorts: boolean): fc.Arbitrary<RawPortShape[]> {
       if (seen.has(key)) continue;
       seen.add(key);
       // Node ports are unique within a service, as the apiserver allocates them.
-      while (p.nodePort !== undefined && nodePorts.has(p.nodePort)) p.nodePort = (p.nodePort % 65535) + 1;
+      while (p.nodePort !== undefined && nodePorts.has(p.nodePort)) {
+        p.nodePort = (p.nodePort % 65535) + 1;
+      }
       if (p.nodePort !== undefined) nodePorts.add(p.nodePort);
       unique.push(p);
     }
@@ -247,7 +252,10 @@ export const rawServiceArb: fc.Arbitrary<Json> = fc.record({
   ports: servicePortsArb(true),
   externalIPs: fc.uniqueArray(fc.oneof(anyIPv4Arb, anyIPv6Arb), { maxLength: 2 }),
   ingress: fc.uniqueArray(
-    fc.record({ ip: fc.oneof(anyIPv4Arb, anyIPv6Arb), ipMode: fc.constantFrom("VIP", "Proxy", undefined) }),
+    fc.record({
+      ip: fc.oneof(anyIPv4Arb, anyIPv6Arb),
+      ipMode: fc.constantFrom("VIP", "Proxy", undefined),
+    }),
     { maxLength: 2, selector: (i) => i.ip },
   ),
   sourceRanges: fc.array(cidrArb, { maxLength: 3 }),
@@ -256,7 +264,13 @@ export const rawServiceArb: fc.Arbitrary<Json> = fc.record({
   etp: fc.constantFrom("Cluster", "Local", undefined),
   itp: fc.constantFrom("Cluster", "Local", undefined),
   healthCheckNodePort: fc.oneof(fc.constant(undefined), nodePortArb),
-  trafficDistribution: fc.constantFrom(undefined, "", "PreferClose", "PreferSameZone", "PreferSameNode"),
+  trafficDistribution: fc.constantFrom(
+    undefined,
+    "",
+    "PreferClose",
+    "PreferSameZone",
+    "PreferSameNode",
+  ),
   topologyMode: fc.constantFrom(undefined, "Auto", "auto", "Disabled"),
   topologyKeys: fc.constantFrom<string[] | undefined>(
     undefined,
@@ -308,7 +322,9 @@ export const rawServiceArb: fc.Arbitrary<Json> = fc.record({
   const status: Json = {};
   if (s.type === "LoadBalancer") {
     status.loadBalancer = {
-      ingress: s.ingress.map((i) => (i.ipMode === undefined ? { ip: i.ip } : { ip: i.ip, ipMode: i.ipMode })),
+      ingress: s.ingress.map((
+        i,
+      ) => (i.ipMode === undefined ? { ip: i.ip } : { ip: i.ip, ipMode: i.ipMode })),
     };
   }
   return clone({ apiVersion: "v1", kind: "Service", metadata, spec, status });
@@ -331,7 +347,9 @@ const hintsArb: fc.Arbitrary<Json | undefined> = fc.oneof(
   {
     weight: 1,
     arbitrary: fc.record({
-      forZones: fc.uniqueArray(fc.constantFrom(...ZONES), { maxLength: 2 }).map((z) => z.map((name) => ({ name }))),
+      forZones: fc.uniqueArray(fc.constantFrom(...ZONES), { maxLength: 2 }).map((z) =>
+        z.map((name) => ({ name }))
+      ),
       forNodes: fc.uniqueArray(fc.constantFrom(...NODE_NAMES), { maxLength: 2 }).map((n) =>
         n.map((name) => ({ name }))
       ),
@@ -402,7 +420,9 @@ export function rawEndpointSliceArb(options: SliceArbOptions = {}): fc.Arbitrary
     ports: slicePortsArb,
     v4: fc.array(endpointArb(podIPv4Arb), { maxLength }),
     v6: fc.array(endpointArb(podIPv6Arb), { maxLength }),
-    intruder: options.conflictingFamilies ? fc.option(fc.nat(), { nil: undefined }) : fc.constant(undefined),
+    intruder: options.conflictingFamilies
+      ? fc.option(fc.nat(), { nil: undefined })
+      : fc.constant(undefined),
   }).map((s) => {
     const own = s.family === "IPv4" ? s.v4 : s.v6;
     const other = s.family === "IPv4" ? s.v6 : s.v4;
@@ -460,7 +480,13 @@ export const rawNodeArb: fc.Arbitrary<Json> = fc.record({
   if (n.v6 !== undefined) addresses.push({ type: "InternalIP", address: n.v6 });
   const metadata: Json = { name: n.name, labels };
   if (n.deleting) metadata.deletionTimestamp = "2026-01-01T00:00:00Z";
-  return clone({ apiVersion: "v1", kind: "Node", metadata, spec: { podCIDRs: n.podCIDRs }, status: { addresses } });
+  return clone({
+    apiVersion: "v1",
+    kind: "Node",
+    metadata,
+    spec: { podCIDRs: n.podCIDRs },
+    status: { addresses },
+  });
 });
 
 /** A networking.k8s.io/v1 ServiceCIDR. */
@@ -610,10 +636,13 @@ const fieldValueArb: fc.Arbitrary<unknown> = fc.oneof(
 );
 
 function breakOneField(valid: fc.Arbitrary<Json>, paths: readonly Path[]): fc.Arbitrary<Json> {
-  return fc.tuple(valid, fc.array(fc.tuple(fc.constantFrom(...paths), fieldValueArb), {
-    minLength: 1,
-    maxLength: 2,
-  }))
+  return fc.tuple(
+    valid,
+    fc.array(fc.tuple(fc.constantFrom(...paths), fieldValueArb), {
+      minLength: 1,
+      maxLength: 2,
+    }),
+  )
     .map(([raw, edits]) => {
       let result = clone(raw);
       for (const [path, value] of edits) {
@@ -640,7 +669,10 @@ export const hostileEndpointSliceArb: fc.Arbitrary<Json> = fc.oneof(
 /** A Node with one or two fields broken. */
 export const hostileNodeArb: fc.Arbitrary<Json> = breakOneField(rawNodeArb, NODE_PATHS);
 /** A ServiceCIDR with one or two fields broken. */
-export const hostileServiceCIDRArb: fc.Arbitrary<Json> = breakOneField(rawServiceCIDRArb, SERVICE_CIDR_PATHS);
+export const hostileServiceCIDRArb: fc.Arbitrary<Json> = breakOneField(
+  rawServiceCIDRArb,
+  SERVICE_CIDR_PATHS,
+);
 
 /** Anything at all, as JSON.parse of a corrupted body might produce. */
 export const garbageArb: fc.Arbitrary<unknown> = fc.oneof(
@@ -667,7 +699,13 @@ const HOSTILE_BY_KIND: Record<ObjectKind, fc.Arbitrary<Json>> = {
   ServiceCIDR: hostileServiceCIDRArb,
 };
 
-const kindArb = fc.constantFrom<ObjectKind>("Service", "EndpointSlice", "EndpointSlice", "Node", "ServiceCIDR");
+const kindArb = fc.constantFrom<ObjectKind>(
+  "Service",
+  "EndpointSlice",
+  "EndpointSlice",
+  "Node",
+  "ServiceCIDR",
+);
 
 /** Options for {@linkcode sourceEventArb}. */
 export interface EventArbOptions {
@@ -680,13 +718,22 @@ export function sourceEventArb(options: EventArbOptions = {}): fc.Arbitrary<Sour
   const hostile = options.hostile ?? true;
   const objectOf = (kind: ObjectKind) =>
     hostile
-      ? fc.oneof({ weight: 3, arbitrary: VALID_BY_KIND[kind] }, { weight: 2, arbitrary: HOSTILE_BY_KIND[kind] })
+      ? fc.oneof({ weight: 3, arbitrary: VALID_BY_KIND[kind] }, {
+        weight: 2,
+        arbitrary: HOSTILE_BY_KIND[kind],
+      })
       : VALID_BY_KIND[kind];
   const change = kindArb.chain((kind) =>
-    fc.tuple(fc.constantFrom<"upsert" | "delete">("upsert", "upsert", "upsert", "delete"), objectOf(kind))
+    fc.tuple(
+      fc.constantFrom<"upsert" | "delete">("upsert", "upsert", "upsert", "delete"),
+      objectOf(kind),
+    )
       .map(([type, object]): SourceEvent => ({ type, kind, object }))
   );
-  return fc.oneof({ weight: 20, arbitrary: change }, { weight: 1, arbitrary: fc.constant({ type: "synced" as const }) });
+  return fc.oneof({ weight: 20, arbitrary: change }, {
+    weight: 1,
+    arbitrary: fc.constant({ type: "synced" as const }),
+  });
 }
 
 // ------------------------------------------------------------------ consistent clusters
@@ -776,7 +823,11 @@ export function clusterArb(options: ClusterArbOptions = {}): fc.Arbitrary<RawClu
 
 /** The events of a source's initial list of `cluster`, ending with `synced`. */
 export function listEvents(cluster: RawCluster): SourceEvent[] {
-  const upsert = (kind: ObjectKind) => (object: Json): SourceEvent => ({ type: "upsert", kind, object });
+  const upsert = (kind: ObjectKind) => (object: Json): SourceEvent => ({
+    type: "upsert",
+    kind,
+    object,
+  });
   return [
     ...cluster.nodes.map(upsert("Node")),
     ...cluster.serviceCIDRs.map(upsert("ServiceCIDR")),
@@ -791,7 +842,13 @@ export function listEvents(cluster: RawCluster): SourceEvent[] {
 /** Planner options for {@linkcode THIS_NODE}, across detect-local modes, node-port
  * address choices, masquerade-all, externalIP allow-lists and feature gates. */
 export const plannerOptionsArb: fc.Arbitrary<PlannerOptions> = fc.record({
-  detect: fc.constantFrom("", "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix") as fc.Arbitrary<
+  detect: fc.constantFrom(
+    "",
+    "ClusterCIDR",
+    "NodeCIDR",
+    "BridgeInterface",
+    "InterfaceNamePrefix",
+  ) as fc.Arbitrary<
     PlannerOptions["detectLocalMode"]
   >,
   nodePortAddresses: fc.constantFrom<string[]>(["primary"], [], ["192.168.1.0/24", "fd00::/64"], [

@@ -29,10 +29,13 @@ import {
 
 // Independent oracles: what may reach the model, written apart from lib/parse.ts.
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const DNS_SUBDOMAIN =
+  /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$/;
-const QUALIFIED_NAME = /^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const CANONICAL_IPV4 = /^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
+const QUALIFIED_NAME =
+  /^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const CANONICAL_IPV4 =
+  /^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
 const CANONICAL_IPV6 = /^[0-9a-f:]{2,39}$/;
 const PROTOCOLS = new Set(["TCP", "UDP", "SCTP"]);
 
@@ -42,7 +45,8 @@ function isIP(ip: string): boolean {
   if (CANONICAL_IPV4.test(ip)) return true;
   if (!CANONICAL_IPV6.test(ip) || ip.includes(":::")) return false;
   // Canonical IPv6: lower case, no leading zeros, "::" at most once, not IPv4-mapped.
-  return ip.split("::").length <= 2 && ip.split(":").every((g) => g === "" || !/^0[0-9a-f]/.test(g)) &&
+  return ip.split("::").length <= 2 &&
+    ip.split(":").every((g) => g === "" || !/^0[0-9a-f]/.test(g)) &&
     !ip.startsWith("::ffff:");
 }
 
@@ -73,7 +77,9 @@ function checkService(s: Service): void {
     assert.ok(isPort(p.port), String(p.port));
     assert.ok(isPort(p.nodePort, true), String(p.nodePort));
     assert.ok(
-      typeof p.targetPort === "number" ? isPort(p.targetPort) : /^[a-z0-9-]{1,15}$/.test(p.targetPort),
+      typeof p.targetPort === "number"
+        ? isPort(p.targetPort)
+        : /^[a-z0-9-]{1,15}$/.test(p.targetPort),
       String(p.targetPort),
     );
   }
@@ -104,7 +110,11 @@ function checkSlice(s: EndpointSlice): void {
     for (const zone of e.hints?.forZones ?? []) assert.match(zone, LABEL_VALUE);
     for (const node of e.hints?.forNodes ?? []) assert.match(node, DNS_SUBDOMAIN);
   }
-  assert.equal(new Set(s.endpoints.map((e) => e.ip)).size, s.endpoints.length, "duplicate endpoint");
+  assert.equal(
+    new Set(s.endpoints.map((e) => e.ip)).size,
+    s.endpoints.length,
+    "duplicate endpoint",
+  );
 }
 
 function checkNode(n: Node): void {
@@ -135,7 +145,13 @@ function run<T>(parse: (raw: unknown) => ParseResult<T>, raw: unknown): ParseRes
 }
 
 const PARSERS = [
-  { kind: "Service", parse: parseService, check: checkService, valid: rawServiceArb, hostile: hostileServiceArb },
+  {
+    kind: "Service",
+    parse: parseService,
+    check: checkService,
+    valid: rawServiceArb,
+    hostile: hostileServiceArb,
+  },
   {
     kind: "EndpointSlice",
     parse: parseEndpointSlice,
@@ -165,7 +181,10 @@ for (const { kind, parse, check, valid, hostile } of PARSERS) {
     fc.assert(
       fc.property(valid, (raw) => {
         const result = run(parseAny, raw);
-        assert.ok(result.ok, `rejected a valid ${kind}: ${!result.ok && result.error}\n${JSON.stringify(raw)}`);
+        assert.ok(
+          result.ok,
+          `rejected a valid ${kind}: ${!result.ok && result.error}\n${JSON.stringify(raw)}`,
+        );
         if (result.value !== null) checkAny(result.value as never);
       }),
       { numRuns: RUNS },
@@ -201,16 +220,27 @@ Deno.test("parseService() rejects each hostile value in each script-bound field"
     { path: ["metadata", "namespace"], values: HOSTILE_STRINGS },
     { path: ["spec", "ports", 0, "name"], values: HOSTILE_STRINGS.filter((s) => s !== "") },
     { path: ["spec", "ports", 0, "port"], values: HOSTILE_PORTS },
-    { path: ["spec", "ports", 0, "nodePort"], values: HOSTILE_PORTS.filter((p) => p !== 0 && p !== null) },
+    {
+      path: ["spec", "ports", 0, "nodePort"],
+      values: HOSTILE_PORTS.filter((p) => p !== 0 && p !== null),
+    },
     {
       path: ["spec", "ports", 0, "targetPort"],
       // "0x50" and "web" are valid port names (IANA_SVC_NAME).
       values: [...HOSTILE_PORTS, ...HOSTILE_STRINGS].filter((v) => v !== "0x50" && v !== "web"),
     },
-    { path: ["spec", "ports", 0, "protocol"], values: [...HOSTILE_STRINGS.filter((s) => s !== ""), "tcp", 6] },
-    { path: ["spec", "clusterIP"], values: HOSTILE_IPS.filter((v) => v !== "" && v !== "None" && v !== null) },
+    {
+      path: ["spec", "ports", 0, "protocol"],
+      values: [...HOSTILE_STRINGS.filter((s) => s !== ""), "tcp", 6],
+    },
+    {
+      path: ["spec", "clusterIP"],
+      values: HOSTILE_IPS.filter((v) => v !== "" && v !== "None" && v !== null),
+    },
     { path: ["spec", "externalIPs", 0], values: HOSTILE_IPS },
-    { path: ["spec", "loadBalancerSourceRanges", 0], values: [
+    {
+      path: ["spec", "loadBalancerSourceRanges", 0],
+      values: [
         ...HOSTILE_IPS.filter((v) => v !== "1.2.3.4/32"),
         "1.2.3.4/33",
         "1.2.3.4/032",
@@ -218,7 +248,10 @@ Deno.test("parseService() rejects each hostile value in each script-bound field"
         "fe80::/64%eth0",
       ],
     },
-    { path: ["status", "loadBalancer", "ingress", 0, "ip"], values: HOSTILE_IPS.filter((v) => v !== "" && v !== null) },
+    {
+      path: ["status", "loadBalancer", "ingress", 0, "ip"],
+      values: HOSTILE_IPS.filter((v) => v !== "" && v !== null),
+    },
   ];
   for (const { path, values } of fields) {
     await t.step(path.join("."), () => {
@@ -235,7 +268,11 @@ Deno.test("parseService() rejects each hostile value in each script-bound field"
 
 Deno.test("parseEndpointSlice() rejects a slice with an endpoint of the other family", () => {
   const slice = (address: string, addressType: string) => ({
-    metadata: { namespace: "default", name: "web-1", labels: { "kubernetes.io/service-name": "web" } },
+    metadata: {
+      namespace: "default",
+      name: "web-1",
+      labels: { "kubernetes.io/service-name": "web" },
+    },
     addressType,
     ports: [{ name: "", port: 80 }],
     endpoints: [{ addresses: ["10.244.0.1"] }, { addresses: [address] }],

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { Tracker } from "../../lib/tracker.ts";
-import { planNode, type PlannerOptions } from "../../lib/planner.ts";
+import { type PlannerOptions, planNode } from "../../lib/planner.ts";
 import type { NodePlans } from "../../lib/plan.ts";
 import type { SourceEvent } from "../../lib/source/source.ts";
 import {
@@ -19,7 +19,10 @@ const RUNS = fuzzRuns(150);
 const SAFE_TEXT = /^[A-Za-z0-9._:/-]*$/;
 
 /** Every string and number in a Plan, with its JSON path, for checks. */
-function* leaves(value: unknown, path = "$"): Generator<{ path: string; key: string; value: unknown }> {
+function* leaves(
+  value: unknown,
+  path = "$",
+): Generator<{ path: string; key: string; value: unknown }> {
   if (Array.isArray(value)) {
     for (const [i, item] of value.entries()) yield* leaves(item, `${path}[${i}]`);
   } else if (typeof value === "object" && value !== null) {
@@ -46,11 +49,17 @@ function assertSafePlans(plans: NodePlans): void {
   }
   for (const plan of [plans.ipv4, plans.ipv6]) {
     for (const service of plan.services) {
-      for (const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]) {
+      for (
+        const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]
+      ) {
         assert.equal(ip.includes(":"), plan.family === "IPv6", `${ip} in the ${plan.family} plan`);
       }
       for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
-        assert.equal(endpoint.ip.includes(":"), plan.family === "IPv6", `${endpoint.ip} in the ${plan.family} plan`);
+        assert.equal(
+          endpoint.ip.includes(":"),
+          plan.family === "IPv6",
+          `${endpoint.ip} in the ${plan.family} plan`,
+        );
         assert.ok(endpoint.port >= 1 && endpoint.port <= 65535);
       }
     }
@@ -58,7 +67,10 @@ function assertSafePlans(plans: NodePlans): void {
 }
 
 const eventsArb = fc.array(sourceEventArb(), { maxLength: 40 });
-const batchesArb = fc.array(fc.array(sourceEventArb(), { maxLength: 8 }), { minLength: 1, maxLength: 6 });
+const batchesArb = fc.array(fc.array(sourceEventArb(), { maxLength: 8 }), {
+  minLength: 1,
+  maxLength: 6,
+});
 
 function replay(
   options: PlannerOptions,

@@ -101,7 +101,9 @@ export class NetnsChecker {
     const tag = crypto.getRandomValues(new Uint32Array(1))[0]!.toString(16).padStart(8, "0");
     const name = `${prefix}-${tag}`;
     const result = await run("ip", ["netns", "add", name]);
-    if (!result.ok) throw new Error(`Cannot create network namespace "${name}": ${result.stderr.trim()}`);
+    if (!result.ok) {
+      throw new Error(`Cannot create network namespace "${name}": ${result.stderr.trim()}`);
+    }
     return new NetnsChecker(name);
   }
 
@@ -136,6 +138,8 @@ export class NetnsChecker {
   /** Deletes the namespace. */
   async destroy(): Promise<void> {
     const result = await run("ip", ["netns", "del", this.name]);
-    if (!result.ok) console.warn(`Cannot delete network namespace "${this.name}": ${result.stderr.trim()}`);
+    if (!result.ok) {
+      console.warn(`Cannot delete network namespace "${this.name}": ${result.stderr.trim()}`);
+    }
   }
 }

@@ -52,7 +52,22 @@ Deno.test("staleUdpEntries() decides what each change leaves stale", async (t) =
     ]],
     ["service removed", [onlyA], [], [
       { kind: "endpoint", family: "IPv4", origDst: "172.30.0.53", dstNat: "10.180.0.1" },
+      { kind: "service", family: "IPv4", origDst: "172.30.0.53", origPortDst: 53 },
     ]],
+    [
+      "load-balancer IP and node port removed, endpoints kept",
+      [udp({
+        internal: traffic(a),
+        external: traffic(a),
+        loadBalancerIPs: ["1.2.3.4"],
+        nodePort: 30053,
+      })],
+      [udp({ internal: traffic(a), external: traffic(a) })],
+      [
+        { kind: "service", family: "IPv4", origDst: "1.2.3.4", origPortDst: 53 },
+        { kind: "service", family: "IPv4", origPortDst: 30053 },
+      ],
+    ],
     ["TCP is never flushed", [servicePort("ns", "tcp")], [], []],
     [
       "external addresses and node port",

@@ -122,15 +122,16 @@ Deno.test("createNftablesBackend() upgrades a partial sync without a recorded pr
   assert.equal(result.full, true);
 });
 
-Deno.test("createNftablesBackend() checkDrift() reads only the canary chain", async (t) => {
+Deno.test("createNftablesBackend() checkDrift() reads only the canary set", async (t) => {
   const cases: [string, { code: number; stdout?: string; stderr?: string }, boolean][] = [
     ["same generation", {
       code: 0,
-      stdout: 'chain canary {\n counter packets 0 bytes 0 comment "kproxy generation 1"\n}',
+      stdout:
+        "table ip kproxy {\n\tset canary {\n\t\ttype mark\n\t\telements = { 0x00000001 }\n\t}\n}",
     }, false],
     ["older generation", {
       code: 0,
-      stdout: 'counter packets 0 bytes 0 comment "kproxy generation 0"',
+      stdout: "set canary {\n\t\ttype mark\n\t\telements = { 0x00000000 }\n\t}",
     }, true],
     [
       "table deleted or ruleset flushed",
@@ -145,7 +146,7 @@ Deno.test("createNftablesBackend() checkDrift() reads only the canary chain", as
       await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
       executor.reply(reply);
       assert.equal(await nft.checkDrift!(), drifted);
-      assert.deepEqual(executor.calls.at(-1)!.args, ["list", "chain", "ip", "kproxy", "canary"]);
+      assert.deepEqual(executor.calls.at(-1)!.args, ["list", "set", "ip", "kproxy", "canary"]);
       const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
       assert.equal(next.full, drifted);
     });

@@ -120,7 +120,11 @@ Deno.test("renderFull() creates no per-service set without affinity", () => {
     plan([servicePort("a", "one"), servicePort("b", "two", { clusterIPs: ["172.30.0.2"] })]),
   )
     .toString();
-  assert.equal(script.match(/^add (set|map) /gm)?.length, 10);
+  assert.equal(
+    script.match(/^add (set|map) /gm)?.length,
+    11,
+    "10 global sets and maps plus the canary",
+  );
 });
 
 Deno.test("serviceObjects() renders each masquerade mode and local detector", async (t) => {
@@ -220,7 +224,12 @@ Deno.test("renderFull() skips a service port with an invalid address and keeps t
 
 Deno.test("renderFull() writes the canary generation", () => {
   const script = renderFull(GOLDEN_PLANS["cluster-ip"]!, { generation: 42 }).toString();
-  assert.equal(parseCanaryGeneration(script), 42);
+  assert.ok(script.includes("add set ip kproxy canary { type mark ;"));
+  assert.ok(script.includes("add element ip kproxy canary { 42 }"));
+  assert.equal(
+    parseCanaryGeneration("\tset canary {\n\t\ttype mark\n\t\telements = { 0x0000002a }\n"),
+    42,
+  );
   assert.equal(parseCanaryGeneration("table ip kproxy { }"), undefined);
 });
 

@@ -1,0 +1,231 @@
+/**
+ * `deno task bench`: measures kproxy against upstream-style baselines in one
+ * run and writes `docs/BENCHMARKS.md` and `docs/bench-sync.svg`. Needs root
+ * (network namespaces), nft, iptables-{nft,legacy}-restore and python3.
+ *
+ * ```sh
+ * deno task bench                                 # 1k, 10k, 30k; every section
+ * deno task bench --quick                         # 1k and 10k only
+ * deno task bench --sizes=1000,5000 --only=fullsync,change
+ * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
+ * ```
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { benchIptables } from "./iptables.ts";
+import { benchNftables, benchPlan } from "./nftables.ts";
+import { loadIptablesBaseline } from "./baseline.ts";
+import { benchChange, benchStorm } from "./latency.ts";
+import { benchFloor, benchProcess } from "./process.ts";
+import { benchDatapath } from "./datapath.ts";
+import { PROFILE_NOTES } from "./findings.ts";
+import {
+  type BenchResults,
+  describeMachine,
+  renderMarkdown,
+  renderSvg,
+  renderTable,
+} from "./report.ts";
+import { NAMESPACE_PREFIX } from "./harness.ts";
+
+/** The sections a run can measure. */
+export const SECTIONS = ["fullsync", "change", "startup", "storm", "memory", "datapath"] as const;
+/** One of {@linkcode SECTIONS}. */
+export type Section = typeof SECTIONS[number];
+
+const DOCS = new URL("../../docs/", import.meta.url);
+const ENDPOINTS_PER_SERVICE = 10;
+/** Largest size at which the quadratic upstream-style nftables layout is loaded. */
+const NFT_BASELINE_MAX = 10_000;
+
+/** Parsed command line of the bench. */
+export interface BenchOptions {
+  sizes: number[];
+  sections: Section[];
+  fromJson?: string;
+  json: string;
+}
+
+/** Parses the bench's flags. */
+export function parseBenchArgs(argv: string[]): BenchOptions {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      sizes: { type: "string" },
+      quick: { type: "boolean", default: false },
+      only: { type: "string" },
+      "from-json": { type: "string" },
+      json: { type: "string", default: "/tmp/kp-bench-results.json" },
+    },
+  });
+  const sizes = values.sizes
+    ? values.sizes.split(",").map((s) => Number(s.trim()))
+    : values.quick
+    ? [1000, 10000]
+    : [1000, 10000, 30000];
+  if (sizes.some((n) => !Number.isInteger(n) || n < 2)) {
+    throw new Error(`Cannot parse --sizes ${values.sizes}: want integers ≥ 2, comma-separated`);
+  }
+  const sections = values.only
+    ? values.only.split(",").map((s) => s.trim()) as Section[]
+    : [...SECTIONS];
+  for (const section of sections) {
+    if (!SECTIONS.includes(section)) {
+      throw new Error(`Cannot parse --only ${values.only}: "${section}" is not one of ${SECTIONS}`);
+    }
+  }
+  return { sizes, sections, fromJson: values["from-json"], json: values.json };
+}
+
+function log(text: string): void {
+  console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${text}`);
+}
+
+/** Sizes for the start-up and memory sections: 10k and up (else the largest size). */
+function largeSizes(sizes: number[]): number[] {
+  const large = sizes.filter((n) => n >= 10_000);
+  return large.length > 0 ? large : [Math.max(...sizes)];
+}
+
+async function section(
+  results: BenchResults,
+  name: string,
+  fn: () => Promise<void>,
+): Promise<void> {
+  const start = performance.now();
+  log(`${name}…`);
+  try {
+    await fn();
+    log(`${name} done in ${((performance.now() - start) / 1000).toFixed(0)} s`);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    results.errors.push(`${name}: ${message.split("\n")[0]}`);
+    log(`${name} FAILED: ${message}`);
+  }
+}
+
+/** Runs the chosen sections and returns everything measured. */
+export async function runBench(options: BenchOptions): Promise<BenchResults> {
+  const { sizes, sections } = options;
+  const size = (services: number) => ({ services, endpointsPerService: ENDPOINTS_PER_SERVICE });
+  const results: BenchResults = {
+    date: new Date().toISOString(),
+    machine: await describeMachine(),
+    sizes,
+    endpointsPerService: ENDPOINTS_PER_SERVICE,
+    sections,
+    nftables: [],
+    iptables: [],
+    iptablesBaseline: [],
+    change: [],
+    process: [],
+    storm: [],
+    datapath: [],
+    errors: [],
+    notes: [...PROFILE_NOTES],
+  };
+  const has = (s: Section) => sections.includes(s);
+  const tenK = Math.min(10_000, Math.max(...sizes));
+
+  if (has("fullsync")) {
+    await section(results, "full sync, nftables", async () => {
+      results.nftables = await benchNftables({
+        sizes,
+        endpointsPerService: ENDPOINTS_PER_SERVICE,
+        baselineMaxServices: NFT_BASELINE_MAX,
+      });
+    });
+    await section(results, "full sync, iptables", async () => {
+      results.iptables = await benchIptables({ sizes, endpointsPerService: ENDPOINTS_PER_SERVICE });
+    });
+    await section(results, "full sync, iptables upstream-style baseline", async () => {
+      for (const variant of ["nft", "legacy"] as const) {
+        for (const services of sizes) {
+          const { ms, rules } = await loadIptablesBaseline(
+            benchPlan(services, ENDPOINTS_PER_SERVICE),
+            variant,
+          );
+          results.iptablesBaseline.push({
+            variant,
+            services,
+            endpointsPerService: ENDPOINTS_PER_SERVICE,
+            rules,
+            fullMs: ms,
+          });
+        }
+      }
+    });
+  }
+  if (has("change")) {
+    for (const mode of ["nftables", "iptables"] as const) {
+      for (const services of [...new Set([1000, ...sizes])].sort((a, b) => a - b)) {
+        await section(results, `one change, ${mode}, ${services} services`, async () => {
+          results.change.push(await benchChange({ mode, size: size(services) }));
+        });
+      }
+    }
+  }
+  if (has("startup") || has("memory")) {
+    await section(results, "floor process", async () => {
+      results.floor = await benchFloor();
+    });
+    for (const services of largeSizes(sizes)) {
+      await section(results, `start-up and memory, ${services} services`, async () => {
+        results.process.push(await benchProcess({ mode: "nftables", size: size(services) }));
+      });
+    }
+  }
+  if (has("storm")) {
+    for (const mode of ["nftables", "iptables"] as const) {
+      await section(results, `event storm, ${mode}`, async () => {
+        results.storm.push(
+          await benchStorm({ mode, size: size(tenK), changes: tenK, windowMs: 10_000 }),
+        );
+      });
+    }
+  }
+  if (has("datapath")) {
+    await section(results, "data path", async () => {
+      results.datapath = await benchDatapath({ services: tenK, rounds: 300 });
+    });
+  }
+  return results;
+}
+
+async function leftoverNamespaces(): Promise<string[]> {
+  const output = await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" })
+    .output();
+  return new TextDecoder().decode(output.stdout).split("\n")
+    .map((line) => line.split(" ")[0] ?? "")
+    .filter((name) =>
+      name.startsWith(NAMESPACE_PREFIX) || name.startsWith("kp-nft-bench-") ||
+      name.startsWith("kp-ipt-bench-")
+    );
+}
+
+if (import.meta.main) {
+  const options = parseBenchArgs(Deno.args);
+  let results: BenchResults;
+  if (options.fromJson) {
+    results = JSON.parse(await Deno.readTextFile(options.fromJson));
+    results.notes = [...PROFILE_NOTES];
+  } else {
+    if (Deno.uid() !== 0) {
+      console.error("bench: needs root to create network namespaces");
+      Deno.exit(1);
+    }
+    const started = performance.now();
+    results = await runBench(options);
+    log(`all sections done in ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    await Deno.writeTextFile(options.json, JSON.stringify(results, null, 2));
+    log(`raw results in ${options.json}`);
+    const left = await leftoverNamespaces();
+    if (left.length > 0) results.errors.push(`namespaces left behind: ${left.join(", ")}`);
+  }
+  await Deno.writeTextFile(new URL("BENCHMARKS.md", DOCS), renderMarkdown(results));
+  await Deno.writeTextFile(new URL("bench-sync.svg", DOCS), renderSvg(results));
+  console.log(renderTable(results));
+  console.log("\nwrote docs/BENCHMARKS.md and docs/bench-sync.svg");
+}

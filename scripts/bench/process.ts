@@ -1,0 +1,214 @@
+/**
+ * Process benchmarks: start-up to first sync and peak RSS of a real kproxy
+ * process (`deno run --allow-all main.ts`) inside a `kp-b-*` namespace,
+ * against a fake apiserver process serving a synthetic cluster in the same
+ * namespace. The floor beside them: a Deno process that only loads
+ * `@kubernetes/client-node`.
+ *
+ * @module
+ */
+
+import { type ClusterSize, kproxyArgs } from "./cluster.ts";
+import { withNamespace } from "./harness.ts";
+import type { BenchMode } from "./latency.ts";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+const MAIN = `${ROOT}main.ts`;
+const APISERVER = new URL("./apiserver.ts", import.meta.url).pathname;
+const FLOOR = new URL("./floor.ts", import.meta.url).pathname;
+const QUIET_ENV = { RUST_BACKTRACE: "0", NO_COLOR: "1" };
+
+/** Start-up and memory of one kproxy process. */
+export interface ProcessRow {
+  mode: BenchMode;
+  services: number;
+  endpointsPerService: number;
+  /** From spawning the process to the end of its first successful sync. */
+  startupMs: number;
+  /** VmHWM after the first sync and a few changes-free seconds, in MiB. */
+  peakRssMiB: number;
+  /** VmRSS at the same moment, in MiB. */
+  rssMiB: number;
+  /** Time the fake apiserver took to serve a full paged list of Services and EndpointSlices. */
+  listFloorMs: number;
+}
+
+/** Memory of a Deno process that only loaded client-node (kproxy's floor). */
+export interface FloorRow {
+  startupMs: number;
+  peakRssMiB: number;
+}
+
+/** Reads VmHWM and VmRSS (MiB) of a process. */
+export async function memoryOf(pid: number): Promise<{ peak: number; rss: number }> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
+  return { peak: field("VmHWM") / 1024, rss: field("VmRSS") / 1024 };
+}
+
+/** Reads lines from a stream until `match` returns a value; keeps draining afterwards. */
+async function firstLine<T>(
+  stream: ReadableStream<Uint8Array>,
+  match: (line: string) => T | undefined,
+  timeoutMs: number,
+  what: string,
+): Promise<T> {
+  const lines = stream.pipeThrough(new TextDecoderStream()).getReader();
+  const found = Promise.withResolvers<T>();
+  const timer = setTimeout(() => found.reject(new Error(`Timed out waiting for ${what}`)), timeoutMs);
+  const tail: string[] = [];
+  (async () => {
+    let buffer = "";
+    let done = false;
+    let matched = false;
+    while (!done) {
+      const chunk = await lines.read().catch(() => ({ done: true, value: undefined }));
+      done = chunk.done ?? true;
+      buffer += chunk.value ?? "";
+      const parts = buffer.split("\n");
+      buffer = parts.pop() ?? "";
+      for (const line of parts) {
+        if (matched) continue;
+        tail.push(line);
+        if (tail.length > 20) tail.shift();
+        const value = match(line);
+        if (value !== undefined) {
+          matched = true;
+          found.resolve(value);
+        }
+      }
+    }
+    if (!matched) found.reject(new Error(`${what} never came; last output:\n${tail.join("\n")}`));
+  })();
+  try {
+    return await found.promise;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function stopChild(child: Deno.ChildProcess, signal: Deno.Signal): Promise<void> {
+  try {
+    child.kill(signal);
+  } catch {
+    // Already exited.
+  }
+  const timer = setTimeout(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Already exited.
+    }
+  }, 10_000);
+  await child.status;
+  clearTimeout(timer);
+}
+
+/**
+ * Starts a fake apiserver and then kproxy in one namespace, times kproxy's
+ * start to its "Programmed the initial" log line, waits `settleMs` and reads
+ * its peak RSS.
+ */
+export async function benchProcess(options: {
+  mode: BenchMode;
+  size: ClusterSize;
+  settleMs?: number;
+}): Promise<ProcessRow> {
+  const { mode, size } = options;
+  return await withNamespace(`proc-${mode.slice(0, 3)}`, async (namespace) => {
+    const kubeconfig = await Deno.makeTempFile({ prefix: `${namespace}-`, suffix: ".kubeconfig" });
+    const apiserver = new Deno.Command("ip", {
+      args: [
+        "netns",
+        "exec",
+        namespace,
+        Deno.execPath(),
+        "run",
+        "--allow-all",
+        APISERVER,
+        `--services=${size.services}`,
+        `--endpoints=${size.endpointsPerService}`,
+        `--kubeconfig=${kubeconfig}`,
+      ],
+      cwd: ROOT,
+      env: QUIET_ENV,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    let kproxy: Deno.ChildProcess | undefined;
+    try {
+      const listFloorMs = await firstLine(
+        apiserver.stdout,
+        (line) => line.startsWith("ready ") ? Number(line.split(" ")[2]) : undefined,
+        300_000,
+        "the fake apiserver",
+      );
+      const startedAt = performance.now();
+      kproxy = new Deno.Command("ip", {
+        args: [
+          "netns",
+          "exec",
+          namespace,
+          Deno.execPath(),
+          "run",
+          "--allow-all",
+          MAIN,
+          ...kproxyArgs({ mode, kubeconfig }),
+          `--${mode}-sync-period=1h`,
+          "--v=2",
+        ],
+        cwd: ROOT,
+        env: QUIET_ENV,
+        stdin: "null",
+        stdout: "null",
+        stderr: "piped",
+      }).spawn();
+      await firstLine(
+        kproxy.stderr,
+        (line) => line.includes("Programmed the initial") ? true : undefined,
+        600_000,
+        "kproxy's first sync",
+      );
+      const startupMs = performance.now() - startedAt;
+      await new Promise((resolve) => setTimeout(resolve, options.settleMs ?? 3000));
+      const memory = await memoryOf(kproxy.pid);
+      return {
+        mode,
+        services: size.services,
+        endpointsPerService: size.endpointsPerService,
+        startupMs,
+        peakRssMiB: memory.peak,
+        rssMiB: memory.rss,
+        listFloorMs,
+      };
+    } finally {
+      if (kproxy) await stopChild(kproxy, "SIGTERM");
+      await apiserver.stdin.close().catch(() => undefined);
+      await stopChild(apiserver, "SIGTERM");
+      await Deno.remove(kubeconfig).catch(() => undefined);
+    }
+  });
+}
+
+/** Start-up time and peak RSS of a Deno process that only loads client-node. */
+export async function benchFloor(): Promise<FloorRow> {
+  const startedAt = performance.now();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "--allow-all", FLOOR],
+    cwd: ROOT,
+    env: QUIET_ENV,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  try {
+    await firstLine(child.stdout, (l) => l === "ready" ? true : undefined, 60_000, "the floor");
+    const startupMs = performance.now() - startedAt;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    return { startupMs, peakRssMiB: (await memoryOf(child.pid)).peak };
+  } finally {
+    await child.stdin.close().catch(() => undefined);
+    await stopChild(child, "SIGTERM");
+  }
+}

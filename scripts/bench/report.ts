@@ -1,0 +1,545 @@
+/**
+ * Turns bench results into the terminal table, `docs/BENCHMARKS.md` and the
+ * hand-made SVG chart `docs/bench-sync.svg`. Pure functions of
+ * {@linkcode BenchResults}, plus {@linkcode describeMachine}.
+ *
+ * @module
+ */
+
+import type { BenchRow as NftRow } from "./nftables.ts";
+import type { BenchRow as IptRow } from "./iptables.ts";
+import type { ChangeRow, StormRow } from "./latency.ts";
+import type { FloorRow, ProcessRow } from "./process.ts";
+import type { DatapathRow } from "./datapath.ts";
+
+/** The machine a run was measured on. */
+export interface MachineInfo {
+  cpus: number;
+  cpuModel: string;
+  kernel: string;
+  memoryGiB: number;
+  tools: Record<string, string>;
+}
+
+/** Upstream-style iptables baseline load at one size. */
+export interface IptablesBaselineRow {
+  variant: "nft" | "legacy";
+  services: number;
+  endpointsPerService: number;
+  rules: number;
+  fullMs: number;
+}
+
+/** Everything one bench run measured. */
+export interface BenchResults {
+  date: string;
+  machine: MachineInfo;
+  sizes: number[];
+  endpointsPerService: number;
+  sections: string[];
+  nftables: NftRow[];
+  iptables: IptRow[];
+  iptablesBaseline: IptablesBaselineRow[];
+  change: ChangeRow[];
+  process: ProcessRow[];
+  floor?: FloorRow;
+  storm: StormRow[];
+  datapath: DatapathRow[];
+  /** Sections that failed, with the error. */
+  errors: string[];
+  /** Notes from profiling, written by hand into the run (see main.ts). */
+  notes: string[];
+}
+
+async function output(program: string, args: string[]): Promise<string> {
+  try {
+    const result = await new Deno.Command(program, { args, stdout: "piped", stderr: "piped" })
+      .output();
+    const text = new TextDecoder().decode(result.stdout).trim();
+    return text.split("\n")[0] ?? "";
+  } catch {
+    return "not installed";
+  }
+}
+
+/** Reads CPU count, model, kernel, memory and tool versions of this machine. */
+export async function describeMachine(): Promise<MachineInfo> {
+  const cpuinfo = await Deno.readTextFile("/proc/cpuinfo").catch(() => "");
+  const meminfo = await Deno.readTextFile("/proc/meminfo").catch(() => "");
+  const memKiB = Number(/^MemTotal:\s+(\d+)/m.exec(meminfo)?.[1] ?? 0);
+  return {
+    cpus: Number(await output("nproc", [])),
+    cpuModel: /^model name\s*:\s*(.+)$/m.exec(cpuinfo)?.[1]?.trim() ?? "unknown",
+    kernel: await output("uname", ["-r"]),
+    memoryGiB: Math.round((memKiB / 1024 / 1024) * 10) / 10,
+    tools: {
+      deno: Deno.version.deno,
+      nft: await output("nft", ["--version"]),
+      "iptables-nft": await output("iptables-nft", ["--version"]),
+      "iptables-legacy": await output("iptables-legacy", ["--version"]),
+      python3: await output("python3", ["--version"]),
+    },
+  };
+}
+
+const fmtS = (ms: number) => Number.isFinite(ms) ? `${(ms / 1000).toFixed(2)} s` : "–";
+const fmtMs = (ms: number) =>
+  Number.isFinite(ms) ? (ms >= 100 ? `${ms.toFixed(0)} ms` : `${ms.toFixed(1)} ms`) : "–";
+const fmtK = (n: number) => n >= 1000 ? `${n / 1000}k` : String(n);
+
+function table(header: string[], rows: string[][]): string {
+  return [
+    `| ${header.join(" | ")} |`,
+    `| ${header.map(() => "---").join(" | ")} |`,
+    ...rows.map((row) => `| ${row.join(" | ")} |`),
+  ].join("\n");
+}
+
+/** One line of a target check. */
+interface Target {
+  name: string;
+  goal: string;
+  measured: string;
+  met: boolean | undefined;
+}
+
+function targets(results: BenchResults): Target[] {
+  const nft = (size: number) =>
+    results.nftables.find((r) => r.variant === "kproxy" && r.services === size);
+  const change = (size: number) =>
+    results.change.find((r) => r.mode === "nftables" && r.services === size);
+  const proc = (size: number) =>
+    results.process.find((r) => r.mode === "nftables" && r.services === size);
+  const dp = (target: "first" | "last") =>
+    results.datapath.find((r) => r.mode === "nftables" && r.target === target);
+  const out: Target[] = [];
+  const full10 = nft(10000);
+  const full30 = nft(30000);
+  out.push({
+    name: "nftables full sync 10k × 10",
+    goal: "≤ 3 s",
+    measured: full10 ? fmtS(full10.fullMs) : "not run",
+    met: full10 ? full10.fullMs <= 3000 : undefined,
+  });
+  out.push({
+    name: "nftables full sync 30k × 10",
+    goal: "≤ 12 s",
+    measured: full30 ? fmtS(full30.fullMs) : "not run",
+    met: full30 ? full30.fullMs <= 12000 : undefined,
+  });
+  const c1 = change(1000);
+  const c30 = change(30000) ?? change(Math.max(...results.change.map((r) => r.services)));
+  out.push({
+    name: `one endpoint change at ${c30 ? fmtK(c30.services) : "30k"}, end to end`,
+    goal: "≤ 100 ms, same as at 1k",
+    measured: c30 ? `${fmtMs(c30.wallMs)} (1k: ${c1 ? fmtMs(c1.wallMs) : "–"})` : "not run",
+    met: c30 ? c30.wallMs <= 100 : undefined,
+  });
+  const p10 = proc(10000);
+  out.push({
+    name: "peak RSS at 10k services / 100k endpoints",
+    goal: "≤ 200 MB",
+    measured: p10 ? `${(p10.peakRssMiB * 1.048576).toFixed(0)} MB` : "not run",
+    met: p10 ? p10.peakRssMiB * 1.048576 <= 200 : undefined,
+  });
+  const first = dp("first");
+  const last = dp("last");
+  out.push({
+    name: `nftables connect latency, first vs last of ${first ? fmtK(first.services) : "10k"}`,
+    goal: "the same",
+    measured: first && last
+      ? `${first.medianUs.toFixed(0)} µs vs ${last.medianUs.toFixed(0)} µs`
+      : "not run",
+    met: first && last
+      ? Math.abs(first.medianUs - last.medianUs) <= Math.max(10, 0.25 * first.medianUs)
+      : undefined,
+  });
+  out.push({
+    name: "start-up to first sync at 10k",
+    goal: "≤ 5 s",
+    measured: p10 ? fmtS(p10.startupMs) : "not run",
+    met: p10 ? p10.startupMs <= 5000 : undefined,
+  });
+  return out;
+}
+
+/** The plain-text summary printed at the end of a run. */
+export function renderTable(results: BenchResults): string {
+  const lines = ["target                                            goal                  measured"];
+  for (const t of targets(results)) {
+    const mark = t.met === undefined ? "  " : t.met ? "ok" : "!!";
+    lines.push(`${mark} ${t.name.padEnd(48)} ${t.goal.padEnd(21)} ${t.measured}`);
+  }
+  for (const error of results.errors) lines.push(`!! ${error}`);
+  return lines.join("\n");
+}
+
+function fullSyncSection(results: BenchResults): string {
+  const rows: string[][] = [];
+  for (const size of results.sizes) {
+    const nft = results.nftables.filter((r) => r.services === size);
+    const kp = nft.find((r) => r.variant === "kproxy");
+    const aff = nft.find((r) => r.variant !== "kproxy" && r.variant !== "upstream-style");
+    const up = nft.find((r) => r.variant === "upstream-style");
+    rows.push([
+      "nftables",
+      fmtK(size),
+      kp ? `${fmtS(kp.fullMs)} (render ${fmtMs(kp.renderMs)})` : "–",
+      aff ? fmtS(aff.fullMs) : "–",
+      up ? fmtS(up.fullMs) : "not loaded (quadratic; see below)",
+      kp && up ? `${(up.fullMs / kp.fullMs).toFixed(0)}×` : "–",
+      kp ? fmtMs(kp.partialMs) : "–",
+    ]);
+    for (const variant of ["nft", "legacy"] as const) {
+      const ipt = results.iptables.find((r) => r.services === size && r.variant === variant);
+      const base = results.iptablesBaseline.find((r) =>
+        r.services === size && r.variant === variant
+      );
+      if (!ipt && !base) continue;
+      rows.push([
+        `iptables (${variant})`,
+        fmtK(size),
+        ipt ? `${fmtS(ipt.fullMs)} (render ${fmtMs(ipt.renderMs)})` : "–",
+        "",
+        base ? fmtS(base.fullMs) : "–",
+        ipt && base ? `${(base.fullMs / ipt.fullMs).toFixed(1)}×` : "–",
+        ipt ? fmtMs(ipt.partialMs) : "–",
+      ]);
+    }
+  }
+  return table(
+    [
+      "mode",
+      "services × 10",
+      "kproxy full sync",
+      "kproxy, 10% affinity",
+      "upstream-style baseline",
+      "speed-up",
+      "kproxy one-change sync",
+    ],
+    rows,
+  );
+}
+
+function changeSection(results: BenchResults): string {
+  return table(
+    [
+      "mode",
+      "services",
+      "watch event → rules loaded (median)",
+      "network_programming_duration",
+      "sync duration",
+      "rule load alone",
+      "baseline: full resync at this size",
+    ],
+    results.change.map((r) => {
+      const full = r.mode === "nftables"
+        ? results.nftables.find((n) => n.variant === "kproxy" && n.services === r.services)
+        : results.iptables.find((n) => n.variant === "nft" && n.services === r.services);
+      return [
+        r.mode,
+        fmtK(r.services),
+        fmtMs(r.wallMs),
+        fmtMs(r.metricMs),
+        fmtMs(r.syncMs),
+        fmtMs(r.applyMs),
+        full ? fmtS(full.fullMs) : "–",
+      ];
+    }),
+  );
+}
+
+function processSection(results: BenchResults): string {
+  const rows = results.process.map((r) => [
+    r.mode,
+    `${fmtK(r.services)} / ${fmtK(r.services * r.endpointsPerService)}`,
+    fmtS(r.startupMs),
+    `${r.peakRssMiB.toFixed(0)} MiB`,
+    `${r.rssMiB.toFixed(0)} MiB`,
+    fmtMs(r.listFloorMs),
+  ]);
+  if (results.floor) {
+    rows.push([
+      "floor: Deno + client-node only",
+      "–",
+      fmtS(results.floor.startupMs),
+      `${results.floor.peakRssMiB.toFixed(0)} MiB`,
+      "",
+      "",
+    ]);
+  }
+  return table(
+    [
+      "mode",
+      "services / endpoints",
+      "process start → first sync",
+      "peak RSS (VmHWM)",
+      "RSS after",
+      "fake apiserver: one paged list",
+    ],
+    rows,
+  );
+}
+
+function stormSection(results: BenchResults): string {
+  return table(
+    [
+      "mode",
+      "services",
+      "changes sent",
+      "over",
+      "syncs (full)",
+      "first change → last in kernel",
+      "longest rule load",
+      "lost (new endpoint missing / old kept)",
+    ],
+    results.storm.map((r) => [
+      r.mode,
+      fmtK(r.services),
+      String(r.changes),
+      fmtS(r.sendMs),
+      `${r.syncs} (${r.fullSyncs})`,
+      fmtS(r.totalMs),
+      fmtMs(r.maxSyncMs),
+      `${r.missing} / ${r.stale}`,
+    ]),
+  );
+}
+
+function datapathSection(results: BenchResults): string {
+  return table(
+    ["mode", "services", "target", "ClusterIP", "connects", "median", "p90", "failures"],
+    results.datapath.map((r) => [
+      r.mode,
+      fmtK(r.services),
+      r.target,
+      r.clusterIP,
+      String(r.connects),
+      `${r.medianUs.toFixed(0)} µs`,
+      `${r.p90Us.toFixed(0)} µs`,
+      String(r.failures),
+    ]),
+  );
+}
+
+/** `docs/BENCHMARKS.md`. */
+export function renderMarkdown(results: BenchResults): string {
+  const m = results.machine;
+  const tools = Object.entries(m.tools).map(([name, version]) => `${name} ${version}`).join("; ");
+  const targetRows = targets(results).map((t) => [
+    t.name,
+    t.goal,
+    t.measured,
+    t.met === undefined ? "not run" : t.met ? "met" : "**missed**",
+  ]);
+  const parts = [
+    "# Benchmarks",
+    "",
+    "Generated by `deno task bench` (`scripts/bench/main.ts`); every figure below was measured in",
+    "one run on one machine, each beside its baseline from the same run. Re-run it to refresh this",
+    "page; `--quick` measures 1k and 10k only, `--only=fullsync,change,startup,storm,memory,datapath`",
+    "picks sections.",
+    "",
+    `- Date: ${results.date}`,
+    `- Machine: ${m.cpus} CPUs (${m.cpuModel}), ${m.memoryGiB} GiB memory, kernel ${m.kernel}`,
+    `- Tools: ${tools}`,
+    `- Cluster: ClusterIP services, one TCP port, ${results.endpointsPerService} endpoints each, ` +
+    `sizes ${results.sizes.map(fmtK).join(", ")}; sections run: ${results.sections.join(", ")}`,
+    "",
+    "All kernel work ran inside throwaway network namespaces (`kp-b-*`, `kp-nft-bench-*`,",
+    "`kp-ipt-bench-*`), deleted at the end.",
+    "",
+    "![Full sync time against cluster size](bench-sync.svg)",
+    "",
+    "## Targets",
+    "",
+    table(["target (2-core machine)", "goal", "measured", ""], targetRows),
+    "",
+  ];
+  if (results.errors.length > 0) {
+    parts.push("Sections that failed in this run:", "");
+    for (const error of results.errors) parts.push(`- ${error}`);
+    parts.push("");
+  }
+  parts.push(
+    "## Full sync",
+    "",
+    "The first sync of a fresh node: render the whole ruleset and load it with one `nft -f` or",
+    "`iptables-restore`. Measured through the backends themselves (`scripts/bench/nftables.ts`,",
+    "`scripts/bench/iptables.ts`). Baselines are the upstream kube-proxy layouts of the same",
+    "services loaded by the same tools: for nftables, per service an anonymous",
+    "`numgen … vmap` to per-endpoint chains; for iptables, KUBE-SERVICES → KUBE-SVC-* with",
+    "`statistic` rules → KUBE-SEP-* (`scripts/bench/baseline.ts`). The one-change column is a",
+    "backend sync after one endpoint of one service changed.",
+    "",
+    fullSyncSection(results),
+    "",
+    "The nftables upstream-style layout grows quadratically (every anonymous map bound to a rule",
+    "costs more as the table grows): it is loaded only up to the largest size this run allowed.",
+    "",
+    "## One endpoint change: watch event to kernel",
+    "",
+    "kproxy runs in-process (`main()` with its real apiserver source and backend) against an",
+    "in-process fake apiserver serving the cluster; kernel commands run in a bench namespace.",
+    "One EndpointSlice is updated on the fake; the clock stops when the rule-loading command",
+    "(`nft -f -` / `iptables-restore`) returns. `--<mode>-min-sync-period=0s` so the bounded-",
+    "frequency runner adds no wait, and `--<mode>-sync-period=1h` so no periodic full resync",
+    "lands in a sample. Median of several changes spread over the services. The baseline is",
+    "what a proxy without incremental syncs pays: a full resync of the same ruleset.",
+    "",
+    changeSection(results),
+    "",
+    "## Start-up and memory",
+    "",
+    "A real kproxy process (`deno run --allow-all main.ts --proxy-mode=nftables ...`) starts in a",
+    "bench namespace against a fake apiserver process in the same namespace; the time runs from",
+    "spawning it to its `Programmed the initial rules` log line. Peak RSS is `VmHWM` from",
+    "`/proc/<pid>/status` three seconds after the first sync. The floor is a Deno process that",
+    "only loads `@kubernetes/client-node`; the last column is how long the fake apiserver takes",
+    "to serve one paged list of everything (part of any start-up against it).",
+    "",
+    processSection(results),
+    "",
+    "## Event storm",
+    "",
+    "EndpointSlice updates (each moves one endpoint of a different service) sent through the",
+    "fake apiserver in 100 even batches; kproxy in-process as above. The runner coalesces",
+    "them into few syncs. Afterwards the whole ruleset is read back once and every service's",
+    "DNAT targets are checked: the new endpoint present, the old one gone.",
+    "",
+    stormSection(results),
+    "",
+    "## Data path",
+    "",
+    "TCP connect latency from a client namespace through the node namespace holding the rules",
+    "(loaded by each backend in turn) to an echo pod; the first and the last service lead to the",
+    "pod, every other service to ten unused addresses. Connects alternate between the two",
+    "targets, after 20 warm-up rounds; python3 `socket.connect` timed with `perf_counter_ns`.",
+    "",
+    datapathSection(results),
+    "",
+  );
+  if (results.notes.length > 0) {
+    parts.push("## Profile and next steps", "");
+    for (const note of results.notes) parts.push(note, "");
+  }
+  return parts.join("\n");
+}
+
+interface Series {
+  label: string;
+  color: string;
+  dashed: boolean;
+  points: Array<[number, number]>;
+}
+
+function chartSeries(results: BenchResults): Series[] {
+  const pick = <R extends { services: number; fullMs: number }>(rows: R[]) =>
+    rows.filter((r) => Number.isFinite(r.fullMs)).map((r) =>
+      [r.services, r.fullMs / 1000] as [number, number]
+    ).sort((a, b) => a[0] - b[0]);
+  return [
+    {
+      label: "nftables, kproxy",
+      color: "#1f77b4",
+      dashed: false,
+      points: pick(results.nftables.filter((r) => r.variant === "kproxy")),
+    },
+    {
+      label: "nftables, upstream-style",
+      color: "#1f77b4",
+      dashed: true,
+      points: pick(results.nftables.filter((r) => r.variant === "upstream-style")),
+    },
+    {
+      label: "iptables-nft, kproxy",
+      color: "#d62728",
+      dashed: false,
+      points: pick(results.iptables.filter((r) => r.variant === "nft")),
+    },
+    {
+      label: "iptables-nft, upstream-style",
+      color: "#d62728",
+      dashed: true,
+      points: pick(results.iptablesBaseline.filter((r) => r.variant === "nft")),
+    },
+    {
+      label: "iptables-legacy, kproxy",
+      color: "#2ca02c",
+      dashed: false,
+      points: pick(results.iptables.filter((r) => r.variant === "legacy")),
+    },
+    {
+      label: "iptables-legacy, upstream-style",
+      color: "#2ca02c",
+      dashed: true,
+      points: pick(results.iptablesBaseline.filter((r) => r.variant === "legacy")),
+    },
+  ].filter((s) => s.points.length > 0);
+}
+
+/** `docs/bench-sync.svg`: full sync time against services, log-log, one line per layout. */
+export function renderSvg(results: BenchResults): string {
+  const series = chartSeries(results);
+  const width = 720;
+  const height = 420;
+  const plot = { left: 70, right: 500, top: 40, bottom: 360 };
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  const ys = series.flatMap((s) => s.points.map((p) => p[1]));
+  const xMin = Math.min(...xs, 1000);
+  const xMax = Math.max(...xs, 10000);
+  const yMin = Math.pow(10, Math.floor(Math.log10(Math.max(0.01, Math.min(...ys, 1)))));
+  const yMax = Math.pow(10, Math.ceil(Math.log10(Math.max(...ys, 10))));
+  const x = (v: number) =>
+    plot.left +
+    ((Math.log10(v) - Math.log10(xMin)) / (Math.log10(xMax) - Math.log10(xMin) || 1)) *
+      (plot.right - plot.left);
+  const y = (v: number) =>
+    plot.bottom -
+    ((Math.log10(v) - Math.log10(yMin)) / (Math.log10(yMax) - Math.log10(yMin))) *
+      (plot.bottom - plot.top);
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="white"/>`,
+    `<text x="${plot.left}" y="22" font-size="14" font-weight="bold">Full sync time vs services (× ${results.endpointsPerService} endpoints), ${results.date.slice(0, 10)}</text>`,
+  ];
+  for (let decade = yMin; decade <= yMax * 1.0001; decade *= 10) {
+    const py = y(decade).toFixed(1);
+    out.push(
+      `<line x1="${plot.left}" y1="${py}" x2="${plot.right}" y2="${py}" stroke="#ddd"/>`,
+      `<text x="${plot.left - 8}" y="${py}" text-anchor="end" dominant-baseline="middle">${decade >= 1 ? decade.toFixed(0) : decade} s</text>`,
+    );
+  }
+  for (const size of [...new Set(xs)].sort((a, b) => a - b)) {
+    const px = x(size).toFixed(1);
+    out.push(
+      `<line x1="${px}" y1="${plot.top}" x2="${px}" y2="${plot.bottom}" stroke="#eee"/>`,
+      `<text x="${px}" y="${plot.bottom + 18}" text-anchor="middle">${fmtK(size)}</text>`,
+    );
+  }
+  out.push(
+    `<line x1="${plot.left}" y1="${plot.bottom}" x2="${plot.right}" y2="${plot.bottom}" stroke="#333"/>`,
+    `<line x1="${plot.left}" y1="${plot.top}" x2="${plot.left}" y2="${plot.bottom}" stroke="#333"/>`,
+    `<text x="${(plot.left + plot.right) / 2}" y="${plot.bottom + 38}" text-anchor="middle">services (log scale)</text>`,
+    `<text x="18" y="${(plot.top + plot.bottom) / 2}" text-anchor="middle" transform="rotate(-90 18 ${(plot.top + plot.bottom) / 2})">seconds (log scale)</text>`,
+  );
+  series.forEach((s, i) => {
+    const path = s.points.map(([px, py]) => `${x(px).toFixed(1)},${y(py).toFixed(1)}`).join(" ");
+    const dash = s.dashed ? ` stroke-dasharray="6 4"` : "";
+    out.push(
+      `<polyline points="${path}" fill="none" stroke="${s.color}" stroke-width="2"${dash}/>`,
+    );
+    for (const [px, py] of s.points) {
+      out.push(
+        `<circle cx="${x(px).toFixed(1)}" cy="${y(py).toFixed(1)}" r="3.5" fill="${s.color}"><title>${s.label}: ${fmtK(px)} services, ${py.toFixed(2)} s</title></circle>`,
+      );
+    }
+    const ly = plot.top + 10 + i * 22;
+    out.push(
+      `<line x1="${plot.right + 20}" y1="${ly}" x2="${plot.right + 50}" y2="${ly}" stroke="${s.color}" stroke-width="2"${dash}/>`,
+      `<text x="${plot.right + 56}" y="${ly}" dominant-baseline="middle">${s.label}</text>`,
+    );
+  });
+  out.push("</svg>", "");
+  return out.join("\n");
+}

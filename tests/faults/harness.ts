@@ -1,0 +1,549 @@
+/**
+ * Shared parts of the fault tests and the soak: API objects for the netns
+ * topology, a hand-driven Source, an Executor that injects faults, an
+ * in-process kproxy runner, log capture and a normalised view of an nftables
+ * table for comparisons.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { main, type RunningApp } from "../../lib/app.ts";
+import { type Command, type CommandResult, DenoExecutor, type Executor } from "../../lib/exec.ts";
+import { setupLogging } from "../../lib/log.ts";
+import type { Source, SourceEvent, SourceListener } from "../../lib/source/source.ts";
+import {
+  HostExecutor,
+  kernelUnavailableReason,
+  NetnsExecutor,
+  type Pod,
+  type Reply,
+  Topology,
+} from "../../scripts/netns.ts";
+
+export { ADDRESSES, HostExecutor, NetnsExecutor, type Pod, Topology } from "../../scripts/netns.ts";
+
+/** A raw API object. */
+export type ApiObject = Record<string, any>;
+
+/**
+ * Why kernel fault tests cannot run here (printed, so a skip is never silent),
+ * or undefined when they can.
+ */
+export async function faultsSkipReason(
+  programs: readonly string[] = ["nft"],
+): Promise<string | undefined> {
+  const reason = await kernelUnavailableReason(["ip", "python3", ...programs]);
+  if (reason !== undefined) console.warn(`fault tests ignored: ${reason}`);
+  return reason;
+}
+
+/** A topology with the faults prefix `kp-f-<tag><random4>-`: local pods only. */
+export function createFaultTopology(
+  tag: string,
+  options: { localPods?: number; remotePods?: number } = {},
+): Promise<Topology> {
+  return Topology.create({
+    prefix: `kp-f-${tag}${Topology.randomTag()}-`,
+    localPods: options.localPods ?? 3,
+    remotePods: options.remotePods ?? 0,
+    exitOnSigint: true,
+  });
+}
+
+// ---------------------------------------------------------------------------
+// API objects
+
+/** The Node object of the topology's proxy node. */
+export function nodeObject(): ApiObject {
+  return {
+    apiVersion: "v1",
+    kind: "Node",
+    metadata: { name: "node-a", labels: { "kubernetes.io/hostname": "node-a" } },
+    spec: { podCIDR: "10.244.1.0/24", podCIDRs: ["10.244.1.0/24"] },
+    status: { addresses: [{ type: "InternalIP", address: "10.201.0.1" }] },
+  };
+}
+
+/** Options for {@linkcode serviceObject}. */
+export interface ServiceSpec {
+  name: string;
+  clusterIP: string;
+  port?: number;
+  targetPort?: number;
+  type?: "ClusterIP" | "NodePort";
+  nodePort?: number;
+  externalIPs?: string[];
+}
+
+/** An IPv4 single-port TCP Service in namespace `default`. */
+export function serviceObject(spec: ServiceSpec): ApiObject {
+  const port: ApiObject = {
+    name: "http",
+    port: spec.port ?? 80,
+    targetPort: spec.targetPort ?? 8080,
+    protocol: "TCP",
+  };
+  if (spec.nodePort !== undefined) port.nodePort = spec.nodePort;
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { name: spec.name, namespace: "default" },
+    spec: {
+      type: spec.type ?? "ClusterIP",
+      clusterIP: spec.clusterIP,
+      clusterIPs: [spec.clusterIP],
+      ipFamilies: ["IPv4"],
+      ports: [port],
+      ...(spec.externalIPs ? { externalIPs: spec.externalIPs } : {}),
+    },
+  };
+}
+
+/** An IPv4 EndpointSlice of `service` with ready endpoints at `addresses`. */
+export function sliceObject(
+  service: string,
+  addresses: string[],
+  options: { name?: string; port?: number; nodeName?: string } = {},
+): ApiObject {
+  return {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: {
+      name: options.name ?? `${service}-1`,
+      namespace: "default",
+      labels: { "kubernetes.io/service-name": service },
+    },
+    addressType: "IPv4",
+    ports: [{ name: "http", port: options.port ?? 8080, protocol: "TCP" }],
+    endpoints: addresses.map((address) => ({
+      addresses: [address],
+      conditions: { ready: true, serving: true, terminating: false },
+      nodeName: options.nodeName ?? "node-a",
+    })),
+  };
+}
+
+/** A YAML-free manifest file body: JSON documents separated by `---`. */
+export function manifestText(objects: ApiObject[]): string {
+  return objects.map((object) => JSON.stringify(object)).join("\n---\n") + "\n";
+}
+
+// ---------------------------------------------------------------------------
+// A hand-driven source
+
+/**
+ * A Source driven by the test: `emit` sends events (replayed to a listener
+ * that starts later); `start` resolves when the signal aborts.
+ */
+export class ManualSource implements Source {
+  readonly #history: SourceEvent[] = [];
+  #listener?: SourceListener;
+
+  /** Upserts every object, then reports the initial list complete. */
+  static listed(objects: ApiObject[]): ManualSource {
+    const source = new ManualSource();
+    for (const object of objects) source.upsert(object);
+    source.emit({ type: "synced" });
+    return source;
+  }
+
+  /** Sends one event now, or when the listener starts. */
+  emit(event: SourceEvent): void {
+    this.#history.push(event);
+    this.#listener?.(event);
+  }
+
+  /** Sends an upsert of `object` (its kind read from the object). */
+  upsert(object: ApiObject): void {
+    this.emit({ type: "upsert", kind: object.kind, object });
+  }
+
+  /** Sends a delete of `object`. */
+  delete(object: ApiObject): void {
+    this.emit({ type: "delete", kind: object.kind, object });
+  }
+
+  start(listener: SourceListener, signal: AbortSignal): Promise<void> {
+    this.#listener = listener;
+    for (const event of this.#history) listener(event);
+    return new Promise((resolve) => {
+      if (signal.aborted) resolve();
+      signal.addEventListener("abort", () => {
+        this.#listener = undefined;
+        resolve();
+      });
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Fault injection in the executor
+
+/** How an injected fault behaves. */
+export type FaultKind = "exit" | "hang" | "missing";
+
+/** A program that does not exist, run to get the real "not found" path. */
+const MISSING_PROGRAM = "kp-f-no-such-program";
+
+/** Options for {@linkcode FaultyExecutor}. */
+export interface FaultyExecutorOptions {
+  /** Namespace every real command runs in. */
+  namespace: string;
+  /**
+   * The longest any command may run: shorter than the backends' own timeouts
+   * (iptables asks for 300 s), so a hang is killed quickly. @default {3000}
+   */
+  timeoutMs?: number;
+}
+
+/**
+ * Runs commands in a namespace through the real {@linkcode DenoExecutor}
+ * and, while armed, turns the next matching `nft -f` / `iptables-restore`
+ * loads into faults: a non-zero exit, a hang (the executor's timeout must
+ * kill it) or a missing binary.
+ */
+export class FaultyExecutor implements Executor {
+  readonly #namespace: string;
+  readonly #timeoutMs: number;
+  readonly #real = new DenoExecutor({ allowedPrograms: ["ip", "sleep", MISSING_PROGRAM] });
+  #fault?: { kind: FaultKind; remaining: number; program?: string };
+  /** Loads attempted (faulted or not), in order. */
+  readonly loads: { program: string; fault?: FaultKind; at: number }[] = [];
+
+  constructor(options: FaultyExecutorOptions) {
+    this.#namespace = options.namespace;
+    this.#timeoutMs = options.timeoutMs ?? 3000;
+  }
+
+  /**
+   * Fails the next `count` loads (of `program` only, when given) with `kind`;
+   * `count` Infinity fails them until {@linkcode disarm}.
+   */
+  arm(kind: FaultKind, options: { count?: number; program?: string } = {}): void {
+    this.#fault = { kind, remaining: options.count ?? Infinity, program: options.program };
+  }
+
+  /** Stops injecting faults. */
+  disarm(): void {
+    this.#fault = undefined;
+  }
+
+  /** Loads that were faulted. */
+  get faulted(): number {
+    return this.loads.filter((load) => load.fault !== undefined).length;
+  }
+
+  run(command: Command): Promise<CommandResult> {
+    const timed = {
+      ...command,
+      timeoutMs: Math.min(command.timeoutMs ?? Infinity, this.#timeoutMs),
+    };
+    if (isLoad(command)) {
+      const armed = this.#fault;
+      const fault = armed && armed.remaining > 0 &&
+          (armed.program === undefined || armed.program === command.program)
+        ? armed.kind
+        : undefined;
+      if (fault && armed) armed.remaining--;
+      this.loads.push({ program: command.program, fault, at: Date.now() });
+      if (fault === "exit") {
+        return Promise.resolve({ code: 1, stdout: "", stderr: "injected failure\n" });
+      }
+      if (fault === "hang") {
+        return this.#real.run({ program: "sleep", args: ["600"], timeoutMs: timed.timeoutMs });
+      }
+      if (fault === "missing") return this.#real.run({ ...timed, program: MISSING_PROGRAM });
+    }
+    return this.#real.run({
+      ...timed,
+      program: "ip",
+      args: ["netns", "exec", this.#namespace, command.program, ...command.args],
+    });
+  }
+}
+
+function isLoad(command: Command): boolean {
+  if (command.program === "nft") return command.args.includes("-f");
+  return /-restore$/.test(command.program);
+}
+
+// ---------------------------------------------------------------------------
+// kproxy in-process
+
+/** A kproxy started with {@linkcode startKproxy}. */
+export interface RunningKproxy {
+  app: RunningApp;
+  /** Resolves with main()'s exit status. */
+  exited: Promise<number>;
+  /** Aborts the run and waits for it; returns the exit status. */
+  stop(): Promise<number>;
+  /** GETs a path of the health server; returns the status code. */
+  healthz(): Promise<number>;
+  /** The metrics exposition text. */
+  metricsText(): Promise<string>;
+}
+
+/** Options for {@linkcode startKproxy}. */
+export interface StartOptions {
+  source: Source;
+  executor: Executor;
+  /** Extra flags after the defaults (later flags win). */
+  args?: string[];
+}
+
+/**
+ * Runs `main()` in nftables mode for node-a with a 1 s sync period,
+ * health and metrics on 127.0.0.1 ephemeral ports, and the given source and
+ * executor. Logging is left to the caller.
+ */
+export async function startKproxy(options: StartOptions): Promise<RunningKproxy> {
+  const controller = new AbortController();
+  const started = Promise.withResolvers<RunningApp>();
+  const stderr: string[] = [];
+  const exited = main([
+    "--proxy-mode=nftables",
+    "--hostname-override=node-a",
+    "--cluster-cidr=10.244.0.0/16",
+    "--nftables-sync-period=1s",
+    "--nftables-min-sync-period=100ms",
+    "--healthz-bind-address=127.0.0.1:0",
+    "--metrics-bind-address=127.0.0.1:0",
+    ...(options.args ?? []),
+  ], {
+    source: options.source,
+    executor: options.executor,
+    signal: controller.signal,
+    handleSignals: false,
+    setupLogging: false,
+    serviceHealthHostname: "127.0.0.1",
+    io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+    onStarted: (app) => started.resolve(app),
+  });
+  exited.then((code) => started.reject(new Error(`kproxy exited ${code}: ${stderr.join("")}`)));
+  const app = await started.promise;
+  return {
+    app,
+    exited,
+    async stop() {
+      controller.abort();
+      return await exited;
+    },
+    async healthz() {
+      const response = await fetch(`http://127.0.0.1:${app.healthServer!.addr.port}/healthz`);
+      await response.body?.cancel();
+      return response.status;
+    },
+    async metricsText() {
+      const response = await fetch(`http://127.0.0.1:${app.metricsServer!.addr.port}/metrics`);
+      return await response.text();
+    },
+  };
+}
+
+/** The value of one sample in a metrics exposition, 0 when absent. */
+export function sample(text: string, series: string): number {
+  for (const line of text.split("\n")) {
+    if (line.startsWith(series + " ")) return Number(line.slice(series.length + 1));
+  }
+  return 0;
+}
+
+/** Polls `condition` every 50 ms until it holds; throws naming `what` after `timeoutMs`. */
+export async function waitFor(
+  what: string,
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<number> {
+  const start = Date.now();
+  while (!(await condition())) {
+    if (Date.now() - start > timeoutMs) throw new Error(`Timed out after ${timeoutMs} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return Date.now() - start;
+}
+
+/** Log lines captured through `setupLogging`'s sink. */
+export class LogCapture {
+  readonly lines: string[] = [];
+
+  /** Routes kproxy's logs (at `verbosity`) into {@linkcode lines}. */
+  static async install(verbosity = 2): Promise<LogCapture> {
+    const capture = new LogCapture();
+    await setupLogging({ verbosity, sink: (line) => capture.lines.push(line) });
+    return capture;
+  }
+
+  /** Lines matching `pattern`. */
+  matching(pattern: RegExp): string[] {
+    return this.lines.filter((line) => pattern.test(line));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Traffic and kernel state
+
+/** Sends `count` TCP requests from the client to `ip:port`; returns the pods that answered. */
+export async function answeringPods(
+  topology: Topology,
+  ip: string,
+  port: number,
+  count = 4,
+): Promise<{ pods: string[]; failures: Reply[] }> {
+  const replies = await topology.requests(
+    topology.client,
+    Array.from({ length: count }, () => ({ protocol: "TCP" as const, ip, port, timeoutMs: 1000 })),
+  );
+  return {
+    pods: [...new Set(replies.flatMap((r) => r.ok ? [r.pod] : []))].sort(),
+    failures: replies.filter((r) => !r.ok),
+  };
+}
+
+/** Asserts every request to `ip:port` is answered, each by one of `pods`. */
+export async function assertServedBy(
+  topology: Topology,
+  ip: string,
+  port: number,
+  pods: Pod[] | string[],
+  count = 4,
+): Promise<void> {
+  const allowed = pods.map((pod) => typeof pod === "string" ? pod : pod.name);
+  const { pods: answered, failures } = await answeringPods(topology, ip, port, count);
+  assert.deepEqual(failures, [], `requests to ${ip}:${port} failed`);
+  for (const pod of answered) {
+    assert.ok(allowed.includes(pod), `${ip}:${port} answered by ${pod}, not ${allowed}`);
+  }
+}
+
+/** Runs `nft` in `ns`; returns stdout, or undefined when it exits non-zero. */
+export async function nftIn(ns: string, args: string[], stdin?: string): Promise<string | undefined> {
+  const result = await new NetnsExecutor({ namespace: ns, inner: new HostExecutor() }).run({
+    program: "nft",
+    args,
+    stdin,
+    timeoutMs: 60_000,
+  });
+  return result.code === 0 ? result.stdout : undefined;
+}
+
+/** A canonical form of one nftables table for equality checks. */
+export interface CanonicalTable {
+  chains: Record<string, { base?: string; rules: string[] }>;
+  sets: Record<string, { spec: string; elements: string[] }>;
+}
+
+/**
+ * Lists `family table` in `ns` as JSON and canonicalises it: no handles,
+ * counters or canary generation; set and map elements sorted; rules kept in
+ * order per chain. Undefined when the table does not exist.
+ */
+export async function canonicalTable(
+  ns: string,
+  family = "ip",
+  table = "kproxy",
+): Promise<CanonicalTable | undefined> {
+  const text = await nftIn(ns, ["-j", "list", "table", family, table]);
+  if (text === undefined) return undefined;
+  const canonical: CanonicalTable = { chains: {}, sets: {} };
+  for (const item of JSON.parse(text).nftables as ApiObject[]) {
+    if (item.chain) {
+      const { name, hook, prio, type, policy } = item.chain;
+      canonical.chains[name] = {
+        base: hook === undefined ? undefined : `${type} ${hook} ${prio} ${policy}`,
+        rules: [],
+      };
+    } else if (item.set || item.map) {
+      const set = item.set ?? item.map;
+      const spec = JSON.stringify([item.set ? "set" : "map", set.type, set.map, set.flags]);
+      const elements = ((set.elem ?? []) as unknown[]).map((element) => JSON.stringify(element))
+        .sort();
+      canonical.sets[set.name] = { spec, elements };
+    }
+  }
+  for (const item of JSON.parse(text).nftables as ApiObject[]) {
+    if (!item.rule) continue;
+    const { chain, expr, comment } = item.rule;
+    const rule = JSON.stringify(
+      { expr, comment },
+      (key, value) => key === "counter" ? {} : value,
+    ).replace(/kproxy generation \d+/, "kproxy generation N");
+    canonical.chains[chain]?.rules.push(rule);
+  }
+  return canonical;
+}
+
+/** Number of rules in `family table`'s `chain` in `ns`, undefined when it is missing. */
+export async function ruleCount(
+  ns: string,
+  chain: string,
+  family = "ip",
+  table = "kproxy",
+): Promise<number | undefined> {
+  const text = await nftIn(ns, ["-j", "list", "chain", family, table, chain]);
+  if (text === undefined) return undefined;
+  return (JSON.parse(text).nftables as ApiObject[]).filter((item) => item.rule).length;
+}
+
+/** Creates an empty network namespace `name` for scratch loads; delete it with {@linkcode deleteNamespace}. */
+export async function createNamespace(name: string): Promise<void> {
+  const result = await new HostExecutor().run({ program: "ip", args: ["netns", "add", name] });
+  if (result.code !== 0) throw new Error(`Cannot create namespace ${name}: ${result.stderr}`);
+}
+
+/** Deletes a namespace made by {@linkcode createNamespace}; ignores a missing one. */
+export async function deleteNamespace(name: string): Promise<void> {
+  await new HostExecutor().run({ program: "ip", args: ["netns", "del", name] });
+}
+
+/** Options for {@linkcode TrafficLoop.start}. */
+export interface TrafficLoopOptions {
+  topology: Topology;
+  /** `ip:port` targets, each sent one TCP request per round. */
+  targets: { ip: string; port: number }[];
+  /** Pause between rounds. @default {100} */
+  pauseMs?: number;
+}
+
+/** TCP requests from the client namespace in a loop until stopped; records every failure. */
+export class TrafficLoop {
+  /** Requests sent. */
+  sent = 0;
+  /** Failed requests with their target and time. */
+  readonly failures: { target: string; reply: Reply; at: number }[] = [];
+  readonly #done: Promise<void>;
+  #stopped = false;
+
+  private constructor(options: TrafficLoopOptions) {
+    this.#done = this.#loop(options);
+  }
+
+  /** Starts the loop. */
+  static start(options: TrafficLoopOptions): TrafficLoop {
+    return new TrafficLoop(options);
+  }
+
+  /** Stops after the current round; resolves when it has. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#done;
+  }
+
+  async #loop(options: TrafficLoopOptions): Promise<void> {
+    const { topology, targets } = options;
+    while (!this.#stopped) {
+      const replies = await topology.requests(
+        topology.client,
+        targets.map(({ ip, port }) => ({ protocol: "TCP" as const, ip, port, timeoutMs: 1000 })),
+      );
+      replies.forEach((reply, i) => {
+        this.sent++;
+        if (!reply.ok) {
+          const { ip, port } = targets[i]!;
+          this.failures.push({ target: `${ip}:${port}`, reply, at: Date.now() });
+        }
+      });
+      await new Promise((resolve) => setTimeout(resolve, options.pauseMs ?? 100));
+    }
+  }
+}
