@@ -199,10 +199,7 @@ async function leftoverNamespaces(): Promise<string[]> {
     .output();
   return new TextDecoder().decode(output.stdout).split("\n")
     .map((line) => line.split(" ")[0] ?? "")
-    .filter((name) =>
-      name.startsWith(NAMESPACE_PREFIX) || name.startsWith("kp-nft-bench-") ||
-      name.startsWith("kp-ipt-bench-")
-    );
+    .filter((name) => name.startsWith(NAMESPACE_PREFIX));
 }
 
 if (import.meta.main) {

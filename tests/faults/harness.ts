@@ -435,7 +435,7 @@ export interface CanonicalTable {
 
 /**
  * Lists `family table` in `ns` as JSON and canonicalises it: no handles,
- * counters or canary generation; set and map elements sorted; rules kept in
+ * counters or canary generation (in the `canary` set or chain); set and map elements sorted; rules kept in
  * order per chain. Undefined when the table does not exist.
  */
 export async function canonicalTable(
@@ -456,8 +456,9 @@ export async function canonicalTable(
     } else if (item.set || item.map) {
       const set = item.set ?? item.map;
       const spec = JSON.stringify([item.set ? "set" : "map", set.type, set.map, set.flags]);
-      const elements = ((set.elem ?? []) as unknown[]).map((element) => JSON.stringify(element))
-        .sort();
+      const elements = set.name === "canary"
+        ? ["generation N"]
+        : ((set.elem ?? []) as unknown[]).map((element) => JSON.stringify(element)).sort();
       canonical.sets[set.name] = { spec, elements };
     }
   }

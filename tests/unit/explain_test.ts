@@ -678,7 +678,7 @@ Deno.test("formatExplanation() prints every part of the answer", () => {
   assert.equal(text, expected);
   assert.match(
     formatExplanation(run({ destination: "[fd00:96::99]:80" })),
-    /^\[fd00:96::99\]:80\/TCP on node node-a\n  not a service address/,
+    /^\[fd00:96::99\]:80\/TCP on node node-a\n {2}not a service address/,
   );
 });
 
