@@ -7,6 +7,7 @@
  * @module
  */
 
+import type { Command } from "../lib/exec.ts";
 import type { Plan } from "../lib/plan.ts";
 
 /** What the runner hands a backend on each sync. */
@@ -39,4 +40,16 @@ export interface Backend {
   checkDrift?(): Promise<boolean>;
   /** Removes everything this mode ever installed. */
   cleanup(): Promise<void>;
+  /** For `kproxy diff`: how to load these plans in full, and how to list what is loaded. */
+  inspect?(plans: Plan[]): KernelInspection;
+}
+
+/** Commands that show a mode's rules as the kernel lists them. */
+export interface KernelInspection {
+  /** The listing format: `nft list table` or `iptables-save` output. */
+  format: "nft" | "iptables-save";
+  /** Loads the full desired state into an empty network namespace. */
+  load: Command[];
+  /** Lists the mode's rules; a failing command lists nothing (e.g. no table yet). */
+  list: Command[];
 }

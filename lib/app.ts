@@ -30,8 +30,12 @@ import { type PlannerOptions, planNode } from "./planner.ts";
 import { type AppliedSync, Proxier } from "./proxier.ts";
 import { BoundedFrequencyRunner } from "./runner.ts";
 import type { Source } from "./source/source.ts";
-import { setSysctls } from "./sysctl.ts";
 import { Tracker } from "./tracker.ts";
+import { kernelDiff } from "./diff.ts";
+import { runExplain } from "./explain.ts";
+import { formatServiceDiffs } from "./kernel_diff.ts";
+import type { ClusterState } from "./state.ts";
+import { countPlans, statusHandler, SyncHistory } from "./status.ts";
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -166,10 +170,17 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
     }
     case "demo":
       return await runDemo(commandLine, options);
-    case "explain":
+    case "explain": {
+      const state = await loadState(config, options.source);
+      return runExplain({
+        commandLine,
+        io,
+        state,
+        plannerOptions: plannerOptionsFrom(config, localAddresses()),
+      });
+    }
     case "diff":
-      io.stderr(`kproxy: the ${command} command is not available in this build\n`);
-      return 1;
+      return await runDiff(config, options);
     case "run":
       return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
   }
@@ -211,11 +222,8 @@ async function createSource(config: Config): Promise<Source> {
   });
 }
 
-/**
- * Reads the source until its initial list is complete and plans the node once.
- * No root, no kernel.
- */
-export async function planOnce(config: Config, injected?: Source): Promise<NodePlans> {
+/** Reads the source until its initial list is complete and returns the cluster state. */
+export async function loadState(config: Config, injected?: Source): Promise<ClusterState> {
   const source = injected ?? await createSource(config);
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
   const controller = new AbortController();
@@ -229,8 +237,16 @@ export async function planOnce(config: Config, injected?: Source): Promise<NodeP
     }
   }, controller.signal);
   if (!synced) throw new Error("Cannot plan: the source stopped before listing every object");
+  return tracker.drain().state;
+}
+
+/**
+ * Reads the source until its initial list is complete and plans the node once.
+ * No root, no kernel.
+ */
+export async function planOnce(config: Config, injected?: Source): Promise<NodePlans> {
   return planNode({
-    state: tracker.drain().state,
+    state: await loadState(config, injected),
     options: plannerOptionsFrom(config, localAddresses()),
   });
 }
@@ -299,11 +315,6 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
   const source = options.source ?? await createSource(config);
   if (!options.backend) await cleanupOtherModes(config, options, "debug");
-  if (config.conntrack.tcpBeLiberal) {
-    await setSysctls(executor, { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" }).catch(
-      (error) => logger.warn("Cannot set conntrack liberal mode: {error}", { error }),
-    );
-  }
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
@@ -312,6 +323,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
   });
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
+  const history = new SyncHistory();
+  const startedAt = Date.now();
   const flushConntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack");
   const proxier = new Proxier({
     backend,
@@ -323,6 +336,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     fullSyncPeriodMs: Math.max(syncPeriodMs, FULL_SYNC_PERIOD_MS),
     requestSync: () => runner.run(),
     serviceHealth,
+    history,
     afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
   });
   const runner = new BoundedFrequencyRunner({
@@ -362,6 +376,22 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         health,
         metrics,
         signal,
+        routes: {
+          "/statusz": statusHandler(() => ({
+            version: VERSION,
+            mode: backend.mode,
+            node: config.hostnameOverride,
+            startedAt,
+            now: Date.now(),
+            healthy: health.status(Date.now()).healthy,
+            families: countPlans(proxier.lastSynced),
+            syncs: history.entries(),
+            totalSyncs: history.total,
+            failedSyncs: history.failures,
+            lastFailure: history.lastFailure,
+            driftRepairs: proxier.driftRepairs,
+          })),
+        },
       });
     }
     logger.info("Starting kproxy {version} in {mode} mode on node {node}", {
@@ -401,6 +431,18 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
  * minute.
  */
 const FULL_SYNC_PERIOD_MS = 3_600_000;
+
+/** `kproxy diff`: exit 0 when the kernel holds what the next sync would program, 1 when not. */
+async function runDiff(config: Config, options: AppOptions): Promise<number> {
+  const io = options.io ?? processIO;
+  const executor = options.executor ??
+    new DenoExecutor({ allowedPrograms: [...MODE_PROGRAMS[config.proxyMode], "ip"] });
+  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  const plans = await planOnce(config, options.source);
+  const groups = await kernelDiff({ backend, executor, plans: [plans.ipv4, plans.ipv6] });
+  io.stdout(formatServiceDiffs(groups));
+  return groups.length === 0 ? 0 : 1;
+}
 
 /** Deletes the UDP conntrack entries a sync made stale (upstream does this after every sync). */
 async function flushStaleConntrack(executor: Executor, sync: AppliedSync): Promise<void> {

@@ -27,7 +27,8 @@ export interface ServiceDiff {
 const HEADER = /^(chain|set|map)\s+(\S+)\s*\{$/;
 
 /**
- * Parses `nft list table` output. Dynamic state is ignored: element timeouts
+ * Parses `nft list table` output; blocks are keyed `FAMILY KIND NAME`
+ * (`ip chain svc-…`). Dynamic state is ignored: element timeouts
  * and expiry, counters, handles, and the elements of sets the packet path
  * writes (`flags dynamic`) or that hold a sync generation (`canary`).
  */
@@ -37,9 +38,12 @@ export function parseNftListing(text: string, ignoreSets: readonly string[] = ["
   let lines: Set<string> | undefined;
   let dynamic = false;
   let elements: string | undefined;
+  let family = "";
   for (const raw of text.split("\n")) {
     const line = raw.trim();
-    if (line === "" || line.startsWith("table ") || line.startsWith("comment ")) continue;
+    const table = /^table (\S+) /.exec(line);
+    if (table) family = `${table[1]} `;
+    if (line === "" || table || line.startsWith("comment ")) continue;
     if (elements !== undefined) {
       elements += " " + line;
       if (braceDepth(elements) === 0) {
@@ -50,7 +54,7 @@ export function parseNftListing(text: string, ignoreSets: readonly string[] = ["
     }
     const header = HEADER.exec(line);
     if (header) {
-      block = `${header[1]} ${header[2]}`;
+      block = `${family}${header[1]} ${header[2]}`;
       lines = new Set();
       dynamic = ignoreSets.includes(header[2]!);
       listing.set(block, lines);

@@ -398,6 +398,8 @@ export interface MetricsServerOptions {
   metrics?: ProxyMetrics;
   /** Stops the server. */
   signal?: AbortSignal;
+  /** More read-only pages by path, e.g. `/statusz`. */
+  routes?: Record<string, (request: Request) => Response>;
 }
 
 /**
@@ -417,6 +419,8 @@ export function startMetricsServer(options: MetricsServerOptions): Deno.HttpServ
     if (options.health && (pathname === "/healthz" || pathname === "/livez")) {
       return handleHealthRequest(request, { health: options.health, metrics: options.metrics });
     }
+    const extra = options.routes?.[pathname];
+    if (extra) return extra(request);
     return new Response("404 page not found\n", { status: 404 });
   });
 }

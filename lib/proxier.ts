@@ -12,6 +12,7 @@ import type { ServiceHealthInfo } from "./health.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { NodePlans, Plan } from "./plan.ts";
+import type { SyncHistory } from "./status.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "./planner.ts";
 import type { SourceEvent } from "./source/source.ts";
 import type { StateChange } from "./state.ts";
@@ -68,6 +69,8 @@ export interface ProxierOptions {
   families?: readonly PlanFamily[];
   /** @default {{ now: Date.now }} */
   clock?: { now(): number };
+  /** Receives every sync attempt, for the status page. */
+  history?: SyncHistory;
 }
 
 /** What {@linkcode Proxier.sync} did. */
@@ -95,6 +98,8 @@ export class Proxier {
   readonly #afterSync?: (sync: AppliedSync) => Promise<void>;
   readonly #families: readonly PlanFamily[];
   readonly #clock: { now(): number };
+  readonly #history?: SyncHistory;
+  #driftRepairs = 0;
   #planned?: NodePlans;
   #applied?: NodePlans;
   #needFull = true;
@@ -116,10 +121,16 @@ export class Proxier {
     this.#afterSync = options.afterSync;
     this.#families = options.families ?? ["ipv4", "ipv6"];
     this.#clock = options.clock ?? { now: Date.now };
+    this.#history = options.history;
     this.#lastDriftCheckAt = this.#clock.now();
     // The initial sync is pending from the start: a proxy that never gets a
     // complete list turns unhealthy after the health timeout.
     this.#health.queuedUpdate(this.#clock.now());
+  }
+
+  /** Full resyncs forced by drift since start. */
+  get driftRepairs(): number {
+    return this.#driftRepairs;
   }
 
   /** The plans last applied successfully, undefined before the first success. */
@@ -209,6 +220,14 @@ export class Proxier {
       this.#needFull = true;
       this.#pendingChangeAt = oldestChangeAt;
       this.#metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+      this.#history?.record({
+        at: startedAt,
+        full,
+        durationMs: this.#clock.now() - startedAt,
+        changed: changed.size,
+        ok: false,
+        error: error instanceof Error ? error.message : String(error),
+      });
       logger.error("Cannot sync {mode} rules: {error}", { mode: this.#backend.mode, error });
       throw error;
     }
@@ -227,6 +246,13 @@ export class Proxier {
       this.#lastDriftCheckAt = startedAt;
     }
     this.#health.updated(finishedAt);
+    this.#history?.record({
+      at: startedAt,
+      full: result.full,
+      durationMs: finishedAt - startedAt,
+      changed: changed.size,
+      ok: true,
+    });
     this.#recordSuccess({ result, startedAt, finishedAt, oldestChangeAt, plans });
     logger.debug("Synced {mode} rules ({kind}, {changed} changed): {summary}", {
       mode: this.#backend.mode,
@@ -286,6 +312,7 @@ export class Proxier {
       drifted = true;
     }
     if (drifted) {
+      this.#driftRepairs++;
       this.#metrics.driftRepairsTotal.inc({ mode: this.#backend.mode });
       logger.warn("The kernel's {mode} rules drifted from what was applied; resyncing fully", {
         mode: this.#backend.mode,

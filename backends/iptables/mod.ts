@@ -8,7 +8,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
@@ -34,6 +34,7 @@ import {
   type IptablesRenderOptions,
   parseSavedChains,
   renderCleanup,
+  renderFull,
   renderFullInChunks,
   renderPartial,
 } from "./render.ts";
@@ -151,6 +152,23 @@ class IptablesBackend implements Backend {
       }
     }
     return false;
+  }
+
+  inspect(plans: Plan[]): KernelInspection {
+    const variant = this.#config.iptables.backend === "legacy" ? "legacy" : "nft";
+    const mine = plans.filter((plan) => this.#families.has(plan.family));
+    return {
+      format: "iptables-save",
+      load: mine.map((plan) => ({
+        program: iptablesPrograms(variant, plan.family).restore,
+        args: ["-w", "5"],
+        stdin: renderFull(plan, this.#renderOptions).toString(),
+      })),
+      list: mine.map((plan) => ({
+        program: iptablesPrograms(variant, plan.family).save,
+        args: [],
+      })),
+    };
   }
 
   async cleanup(): Promise<void> {

@@ -8,7 +8,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { CommandError, describeCommand, type Executor, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
@@ -17,6 +17,7 @@ import { setSysctls } from "../../lib/sysctl.ts";
 import {
   CANARY_SET,
   DEFAULT_TABLE,
+  nftFamily,
   parseCanaryGeneration,
   renderDeleteTable,
   renderFull,
@@ -167,6 +168,22 @@ class NftablesBackend implements Backend {
       }
     }
     return false;
+  }
+
+  inspect(plans: Plan[]): KernelInspection {
+    const mine = plans.filter((plan) => this.#families.has(plan.family));
+    return {
+      format: "nft",
+      load: [{
+        program: "nft",
+        args: ["-f", "-"],
+        stdin: mine.map((plan) => renderFull(plan, this.#renderOptions(0)).toString()).join(""),
+      }],
+      list: mine.map((plan) => ({
+        program: "nft",
+        args: ["list", "table", nftFamily(plan.family), this.#table],
+      })),
+    };
   }
 
   async cleanup(): Promise<void> {

@@ -363,3 +363,76 @@ Deno.test({
     }
   },
 });
+
+const TAMPER: Record<string, string[]> = {
+  nftables: [
+    "nft",
+    "delete",
+    "element",
+    "ip",
+    "kproxy",
+    "service-ips",
+    "{ 10.96.0.10 . tcp . 80 }",
+  ],
+  iptables: ["iptables", "-t", "nat", "-F", "KUBE-SERVICES"],
+};
+
+for (const mode of KERNEL_MODES) {
+  const skip = canRunKernelTests(mode.tools);
+  Deno.test({
+    name: `main.ts diff shows a ${mode.mode} change made behind kproxy's back, per service`,
+    ignore: skip !== undefined,
+    async fn() {
+      const ns = `kp-shell-${crypto.randomUUID().slice(0, 8)}`;
+      await new Deno.Command("ip", { args: ["netns", "add", ns] }).output();
+      try {
+        await inNamespace(ns, "ip", "link", "set", "lo", "up");
+        await withManifests(async (dir) => {
+          const flags = [
+            `--proxy-mode=${mode.mode}`,
+            ...["--manifests", dir, "--hostname-override=node-a"],
+            "--healthz-bind-address=127.0.0.1:0",
+            "--metrics-bind-address=127.0.0.1:0",
+          ];
+          const kproxyInNamespace = (...args: string[]) =>
+            new Deno.Command("ip", {
+              args: ["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN, ...args],
+              env: QUIET_ENV,
+              stdout: "piped",
+              stderr: "piped",
+            });
+          const child = kproxyInNamespace(...flags).spawn();
+          const output = child.output();
+          try {
+            const deadline = Date.now() + 15_000;
+            while (!mode.programmed.test(await inNamespace(ns, ...mode.dump))) {
+              if (Date.now() > deadline) throw new Error(`${mode.mode} mode did not program`);
+              await new Promise((resolve) => setTimeout(resolve, 100));
+            }
+          } finally {
+            child.kill("SIGTERM");
+            await output;
+          }
+          const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+          const inSync = await kproxyInNamespace("diff", ...flags).output();
+          assert.equal(inSync.code, 0, decode(inSync.stdout) + decode(inSync.stderr));
+          assert.match(decode(inSync.stdout), /^in sync/);
+
+          await inNamespace(ns, ...TAMPER[mode.mode]!);
+          const drifted = await kproxyInNamespace("diff", ...flags).output();
+          const text = decode(drifted.stdout);
+          assert.equal(drifted.code, 1, text + decode(drifted.stderr));
+          assert.match(text, /^service default\/web:/m);
+          assert.match(text, /\+ .*10\.96\.0\.10/);
+          const namespaces = decode(
+            (await new Deno.Command("ip", { args: ["netns", "list"] })
+              .output()).stdout,
+          );
+          assert.doesNotMatch(namespaces, /kproxy-diff-/, "the scratch namespace is deleted");
+        });
+      } finally {
+        await new Deno.Command("ip", { args: ["netns", "del", ns] }).output();
+      }
+    },
+  });
+}

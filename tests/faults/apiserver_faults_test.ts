@@ -53,7 +53,8 @@ Deno.test({
     const [a1, a2, a3] = topology.localPods as [Pod, Pod, Pod];
     const server = await FakeApiServer.start();
     const kubeconfig = await writeKubeconfig(server);
-    const setEndpoints = (pod: Pod) => server.upsert("endpointslices", sliceObject("web", [pod.ipv4]));
+    const setEndpoints = (pod: Pod) =>
+      server.upsert("endpointslices", sliceObject("web", [pod.ipv4]));
     server.upsert("nodes", nodeObject());
     server.upsert("services", serviceObject({ name: "web", clusterIP: WEB_IP }));
     setEndpoints(a1);
@@ -70,28 +71,34 @@ Deno.test({
     const executor = new FaultyExecutor({ namespace: topology.node, timeoutMs: 10_000 });
     const nftLoads = () => executor.loads.filter((load) => load.program === "nft").length;
     try {
-      await t.step("unreachable at start: earlier rules stay until the first complete list", async () => {
-        const first = await startKproxy({ source: newSource(), executor });
-        await converged(topology, a1);
-        await first.stop();
-        const table = await canonicalTable(topology.node);
-        assert.ok(table?.chains["services"], "the first run left no table");
+      await t.step(
+        "unreachable at start: earlier rules stay until the first complete list",
+        async () => {
+          const first = await startKproxy({ source: newSource(), executor });
+          await converged(topology, a1);
+          await first.stop();
+          const table = await canonicalTable(topology.node);
+          assert.ok(table?.chains["services"], "the first run left no table");
 
-        traffic = TrafficLoop.start({ topology, targets: [{ ip: WEB_IP, port: 80 }] });
-        await server.stop();
-        setEndpoints(a2);
-        const loadsBefore = nftLoads();
-        kproxy = await startKproxy({ source: newSource(), executor });
-        await waitFor("/healthz 503 while never synced", async () => await kproxy!.healthz() === 503);
-        assert.equal(nftLoads(), loadsBefore, "kproxy loaded rules without a complete list");
-        assert.deepEqual(await canonicalTable(topology.node), table, "the table changed");
-        const { pods, failures } = await answeringPods(topology, WEB_IP, 80);
-        assert.deepEqual({ pods, failures }, { pods: [a1.name], failures: [] });
+          traffic = TrafficLoop.start({ topology, targets: [{ ip: WEB_IP, port: 80 }] });
+          await server.stop();
+          setEndpoints(a2);
+          const loadsBefore = nftLoads();
+          kproxy = await startKproxy({ source: newSource(), executor });
+          await waitFor(
+            "/healthz 503 while never synced",
+            async () => await kproxy!.healthz() === 503,
+          );
+          assert.equal(nftLoads(), loadsBefore, "kproxy loaded rules without a complete list");
+          assert.deepEqual(await canonicalTable(topology.node), table, "the table changed");
+          const { pods, failures } = await answeringPods(topology, WEB_IP, 80);
+          assert.deepEqual({ pods, failures }, { pods: [a1.name], failures: [] });
 
-        await server.restart();
-        await converged(topology, a2);
-        await waitFor("/healthz 200", async () => await kproxy!.healthz() === 200);
-      });
+          await server.restart();
+          await converged(topology, a2);
+          await waitFor("/healthz 200", async () => await kproxy!.healthz() === 200);
+        },
+      );
 
       await t.step("apiserver restart mid-run", async () => {
         await server.stop();
@@ -102,15 +109,18 @@ Deno.test({
         await converged(topology, a3);
       });
 
-      await t.step("repeated 410 Gone: each relist reveals the changes watches missed", async () => {
-        for (const pod of [a1, a2, a3]) {
-          server.silently(() => setEndpoints(pod));
-          server.compact();
-          server.dropWatches({ abrupt: true });
-          await converged(topology, pod);
-        }
-        assert.ok(logs.matching(/410 Gone/).length >= 3, "no relist after 410 was logged");
-      });
+      await t.step(
+        "repeated 410 Gone: each relist reveals the changes watches missed",
+        async () => {
+          for (const pod of [a1, a2, a3]) {
+            server.silently(() => setEndpoints(pod));
+            server.compact();
+            server.dropWatches({ abrupt: true });
+            await converged(topology, pod);
+          }
+          assert.ok(logs.matching(/410 Gone/).length >= 3, "no relist after 410 was logged");
+        },
+      );
 
       await t.step("500s on list and watch: retried with backoff", async () => {
         server.failNext(6, 500);

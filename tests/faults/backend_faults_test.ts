@@ -70,7 +70,10 @@ async function faultWhileRunning(topology: Topology, scenario: Scenario): Promis
     source.upsert(slice([a3]));
     await waitFor("a faulted load", () => executor.faulted >= 1, 5_000);
     await assertServedBy(topology, WEB_IP, 80, [a1!, a2!]);
-    const unhealthyAfter = await waitFor("/healthz 503", async () => await kproxy.healthz() === 503);
+    const unhealthyAfter = await waitFor(
+      "/healthz 503",
+      async () => await kproxy.healthz() === 503,
+    );
     assert.ok(unhealthyAfter < 4_000, `/healthz turned 503 only after ${unhealthyAfter} ms`);
     await assertServedBy(topology, WEB_IP, 80, [a1!, a2!]);
     let during = "";

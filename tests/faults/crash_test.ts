@@ -17,6 +17,7 @@ import {
   deleteNamespace,
   faultsSkipReason,
   HostExecutor,
+  KproxyProcess,
   manifestText,
   nodeObject,
   type Pod,
@@ -28,87 +29,36 @@ import {
 
 const skipReason = await faultsSkipReason(["nft"]);
 
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 const WEB_IP = "10.96.0.10";
 /** Enough services that one full `nft -f` takes a noticeable time to kill into. */
 const BULK_SERVICES = 3000;
 
-/** A `deno run main.ts` in a namespace, with its stderr lines collected. */
-class KproxyProcess {
-  readonly lines: string[] = [];
-  readonly child: Deno.ChildProcess;
-  readonly #reading: Promise<void>;
-
-  constructor(ns: string, manifests: string) {
-    this.child = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--allow-all",
-        MAIN,
-        "--proxy-mode=nftables",
-        `--manifests=${manifests}`,
-        "--hostname-override=node-a",
-        "--cluster-cidr=10.244.0.0/16",
-        "--healthz-bind-address=127.0.0.1:0",
-        "--metrics-bind-address=127.0.0.1:0",
-        "-v=2",
-      ],
-      env: { RUST_BACKTRACE: "0" },
-      stdin: "null",
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    this.#reading = this.#read();
-  }
-
-  async #read(): Promise<void> {
-    let rest = "";
-    for await (const chunk of this.child.stderr.pipeThrough(new TextDecoderStream())) {
-      const parts = (rest + chunk).split("\n");
-      rest = parts.pop() ?? "";
-      this.lines.push(...parts);
-    }
-    if (rest !== "") this.lines.push(rest);
-  }
-
-  /** Waits for a log line matching `pattern`. */
-  async waitForLine(pattern: RegExp, timeoutMs = 60_000): Promise<void> {
-    await waitFor(`a log line ${pattern}`, () => this.lines.some((l) => pattern.test(l)), timeoutMs)
-      .catch((error) => {
-        throw new Error(`${error.message}\n${this.lines.slice(-20).join("\n")}`);
-      });
-  }
-
-  /** Sends `signal` and returns the exit status. */
-  async kill(signal: Deno.Signal): Promise<Deno.CommandStatus> {
-    try {
-      this.child.kill(signal);
-    } catch {
-      // Already exited.
-    }
-    const status = await this.child.status;
-    await this.#reading;
-    return status;
-  }
-}
-
 const PROGRAMMED = /Programmed the initial nftables rules/;
 
-/** Whether a process named `name` runs in namespace `ns`. */
-async function running(ns: string, name: string): Promise<boolean> {
-  const result = await new HostExecutor().run({ program: "ip", args: ["netns", "pids", ns] });
-  for (const pid of result.stdout.split("\n").filter((line) => line !== "")) {
-    try {
-      if ((await Deno.readTextFile(`/proc/${pid}/comm`)).trim() === name) return true;
-    } catch {
-      // Exited meanwhile.
-    }
+/**
+ * Writes an `nft` wrapper into `dir` that, for loads (`-f`), touches `mark`
+ * and waits before running the real `nft`: kproxy is then blocked writing a
+ * script bigger than a pipe buffer when the test kills it, so the real `nft`
+ * reads a truncated script.
+ */
+async function writeSlowNft(dir: string, mark: string): Promise<string> {
+  const real = (await new HostExecutor().run({ program: "sh", args: ["-c", "command -v nft"] }))
+    .stdout.trim();
+  await Deno.writeTextFile(
+    `${dir}/nft`,
+    `#!/bin/sh\nif [ "$1" = "-f" ]; then : > ${mark}; sleep 1; fi\nexec ${real} "$@"\n`,
+    { mode: 0o755 },
+  );
+  return `${dir}:${Deno.env.get("PATH") ?? "/usr/sbin:/usr/bin:/sbin:/bin"}`;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
   }
-  return false;
 }
 
 function manifests(pods: Pod[], web: Pod): ApiObject[] {
@@ -134,9 +84,18 @@ Deno.test({
     const topology = await createFaultTopology("c", { localPods: 2 });
     const scratch = `kp-f-c${Topology.randomTag()}-scratch`;
     const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    const bin = await Deno.makeTempDir({ prefix: "kp-f-bin-" });
     const processes: KproxyProcess[] = [];
-    const start = (ns: string) => {
-      const process = new KproxyProcess(ns, dir);
+    const start = (ns: string, path?: string) => {
+      const process = new KproxyProcess({
+        namespace: ns,
+        args: [
+          `--manifests=${dir}`,
+          "--healthz-bind-address=127.0.0.1:0",
+          "--metrics-bind-address=127.0.0.1:0",
+        ],
+        path,
+      });
       processes.push(process);
       return process;
     };
@@ -151,9 +110,13 @@ Deno.test({
 
       // Every service changes, so the next full load rewrites the whole table.
       await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests([a1, a2], a2)));
-      const victim = start(topology.node);
-      await waitFor("nft running in the node namespace", () => running(topology.node, "nft"), 60_000);
+      const mark = `${bin}/loading`;
+      const victim = start(topology.node, await writeSlowNft(bin, mark));
+      await waitFor("the victim's nft load started", () => exists(mark), 60_000);
+      await new Promise((resolve) => setTimeout(resolve, 200));
       await victim.kill("SIGKILL");
+      // The real nft now reads a truncated script; let it finish.
+      await new Promise((resolve) => setTimeout(resolve, 2000));
       await assertServedBy(topology, WEB_IP, 80, [a1, a2]);
 
       await createNamespace(scratch);
@@ -182,6 +145,7 @@ Deno.test({
       for (const process of processes) await process.kill("SIGKILL");
       await deleteNamespace(scratch);
       await Deno.remove(dir, { recursive: true });
+      await Deno.remove(bin, { recursive: true });
       await topology.destroy();
     }
   },

@@ -131,7 +131,11 @@ for (const driftCase of CASES) {
         const repairsBefore = sample(await kproxy.metricsText(), REPAIRS);
 
         await driftCase.tamper(topology);
-        assert.notDeepEqual(await canonicalTable(topology.node), clean, "tampering changed nothing");
+        assert.notDeepEqual(
+          await canonicalTable(topology.node),
+          clean,
+          "tampering changed nothing",
+        );
         const repairedAfter = await waitFor(
           "the table repaired",
           async () => JSON.stringify(await canonicalTable(topology.node)) === JSON.stringify(clean),

@@ -417,7 +417,11 @@ export async function assertServedBy(
 }
 
 /** Runs `nft` in `ns`; returns stdout, or undefined when it exits non-zero. */
-export async function nftIn(ns: string, args: string[], stdin?: string): Promise<string | undefined> {
+export async function nftIn(
+  ns: string,
+  args: string[],
+  stdin?: string,
+): Promise<string | undefined> {
   const result = await new NetnsExecutor({ namespace: ns, inner: new HostExecutor() }).run({
     program: "nft",
     args,
@@ -546,5 +550,77 @@ export class TrafficLoop {
       });
       await new Promise((resolve) => setTimeout(resolve, options.pauseMs ?? 100));
     }
+  }
+}
+
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
+
+/** Options for {@linkcode KproxyProcess}. */
+export interface KproxyProcessOptions {
+  namespace: string;
+  /** Flags after `--proxy-mode=nftables --hostname-override=node-a --cluster-cidr=… -v=2`. */
+  args: string[];
+  /** PATH of the process. @default the test's PATH */
+  path?: string;
+}
+
+/** `deno run --allow-all main.ts` in a namespace, with its stderr lines collected. */
+export class KproxyProcess {
+  readonly lines: string[] = [];
+  readonly child: Deno.ChildProcess;
+  readonly #reading: Promise<void>;
+
+  constructor(options: KproxyProcessOptions) {
+    this.child = new Deno.Command("ip", {
+      args: [
+        "netns",
+        "exec",
+        options.namespace,
+        Deno.execPath(),
+        "run",
+        "--allow-all",
+        MAIN,
+        "--proxy-mode=nftables",
+        "--hostname-override=node-a",
+        "--cluster-cidr=10.244.0.0/16",
+        "-v=2",
+        ...options.args,
+      ],
+      env: { RUST_BACKTRACE: "0", ...(options.path ? { PATH: options.path } : {}) },
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    this.#reading = this.#read();
+  }
+
+  async #read(): Promise<void> {
+    let rest = "";
+    for await (const chunk of this.child.stderr.pipeThrough(new TextDecoderStream())) {
+      const parts = (rest + chunk).split("\n");
+      rest = parts.pop() ?? "";
+      this.lines.push(...parts);
+    }
+    if (rest !== "") this.lines.push(rest);
+  }
+
+  /** Waits for a log line matching `pattern`. */
+  async waitForLine(pattern: RegExp, timeoutMs = 60_000): Promise<void> {
+    await waitFor(`a log line ${pattern}`, () => this.lines.some((l) => pattern.test(l)), timeoutMs)
+      .catch((error) => {
+        throw new Error(`${error.message}\n${this.lines.slice(-20).join("\n")}`);
+      });
+  }
+
+  /** Sends `signal` and returns the exit status. */
+  async kill(signal: Deno.Signal): Promise<Deno.CommandStatus> {
+    try {
+      this.child.kill(signal);
+    } catch {
+      // Already exited.
+    }
+    const status = await this.child.status;
+    await this.#reading;
+    return status;
   }
 }

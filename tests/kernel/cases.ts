@@ -748,11 +748,6 @@ export const KERNEL_CASES: readonly KernelCase[] = [
   },
   {
     name: "unallocated service CIDR address is rejected, not leaked",
-    pending: (mode) =>
-      mode === "nftables"
-        ? "backends/nftables drops unallocated cluster IPs (as upstream does) while " +
-          "Plan.serviceCIDRs says reject: see .notes/kernel.md"
-        : undefined,
     plans: (t) =>
       plans(
         [servicePort({
@@ -781,11 +776,6 @@ export const KERNEL_CASES: readonly KernelCase[] = [
   },
   {
     name: "conntrack-invalid packets (TCP SYN+FIN) are dropped, not forwarded",
-    pending: (mode) =>
-      mode === "nftables"
-        ? "backends/nftables has no `ct state invalid drop` in its forward chain: " +
-          "see .notes/kernel.md"
-        : undefined,
     plans: (t) =>
       plans([servicePort({
         name: "invalid",

@@ -711,11 +711,15 @@ const kindArb = fc.constantFrom<ObjectKind>(
 export interface EventArbOptions {
   /** Include broken objects. @default {true} */
   hostile?: boolean;
+  /** Give Services the addresses the apiserver would allocate to their key
+   * ({@linkcode allocateByKey}), so no two services share one. @default {false} */
+  allocated?: boolean;
 }
 
 /** One source event: an upsert or delete of a valid or broken object, or `synced`. */
 export function sourceEventArb(options: EventArbOptions = {}): fc.Arbitrary<SourceEvent> {
   const hostile = options.hostile ?? true;
+  const allocate = options.allocated ?? false;
   const objectOf = (kind: ObjectKind) =>
     hostile
       ? fc.oneof({ weight: 3, arbitrary: VALID_BY_KIND[kind] }, {
@@ -728,7 +732,11 @@ export function sourceEventArb(options: EventArbOptions = {}): fc.Arbitrary<Sour
       fc.constantFrom<"upsert" | "delete">("upsert", "upsert", "upsert", "delete"),
       objectOf(kind),
     )
-      .map(([type, object]): SourceEvent => ({ type, kind, object }))
+      .map(([type, object]): SourceEvent => ({
+        type,
+        kind,
+        object: allocate && kind === "Service" ? allocateByKey(object) : object,
+      }))
   );
   return fc.oneof({ weight: 20, arbitrary: change }, {
     weight: 1,
@@ -743,11 +751,15 @@ export function sourceEventArb(options: EventArbOptions = {}): fc.Arbitrary<Sour
  * ports, health-check node ports) so no two services share one. Services are
  * numbered in list order.
  */
-export function allocateUniquely(services: readonly Json[]): Json[] {
-  return services.map((raw, index) => {
+export function allocateUniquely(services: readonly Json[], first = 0): Json[] {
+  return services.map((raw, i) => {
+    const index = first + i;
     const service = clone(raw);
     const spec = service.spec as Json;
-    const families = (spec.ipFamilies as ("IPv4" | "IPv6")[] | undefined) ?? ["IPv4"];
+    const declared = Array.isArray(spec.ipFamilies) ? spec.ipFamilies : [];
+    const families = declared.length > 0 && declared.every((f) => f === "IPv4" || f === "IPv6")
+      ? declared as ("IPv4" | "IPv6")[]
+      : ["IPv4" as const];
     const ips = families.map((family) => clusterIPFor(family, index));
     if (Array.isArray(spec.clusterIPs)) spec.clusterIPs = ips;
     spec.clusterIP = ips[0];
@@ -757,6 +769,24 @@ export function allocateUniquely(services: readonly Json[]): Json[] {
     if (spec.healthCheckNodePort !== undefined) spec.healthCheckNodePort = 32000 + index;
     return service;
   });
+}
+
+const SERVICE_KEYS = NAMESPACES.flatMap((ns) => SERVICE_NAMES.map((name) => `${ns}/${name}`));
+
+/**
+ * Gives a Service the cluster IPs and node ports the apiserver would have
+ * allocated to its key: every version of one service gets the same, two
+ * services never share one. Objects of other shapes are returned unchanged.
+ */
+export function allocateByKey(raw: Json): Json {
+  const metadata = raw.metadata as Json | undefined;
+  const index = SERVICE_KEYS.indexOf(`${metadata?.namespace}/${metadata?.name}`);
+  const spec = raw.spec;
+  if (index < 0 || typeof spec !== "object" || spec === null || Array.isArray(spec)) return raw;
+  const service = clone(raw);
+  const ports = (service.spec as Json).ports;
+  if (Array.isArray(ports) && ports.some((p) => typeof p !== "object" || p === null)) return raw;
+  return allocateUniquely([service], index)[0]!;
 }
 
 /** A consistent set of raw objects, as an apiserver's initial list would hold. */
@@ -797,7 +827,7 @@ export function clusterArb(options: ClusterArbOptions = {}): fc.Arbitrary<RawClu
     }),
     large: options.large ? fc.boolean() : fc.constant(false),
   }).map((c) => {
-    const services = allocateUniquely(c.services);
+    const services = c.services.map(allocateByKey);
     const slices = [...c.slices];
     // Slices owned by each service, with its port names and protocols, so plans have endpoints.
     for (const [i, service] of services.entries()) {

@@ -59,7 +59,7 @@ function transition(
 const transitionArb = fc.tuple(
   plannerOptionsArb,
   clusterArb({ large: true }),
-  fc.array(sourceEventArb(), { maxLength: 12 }),
+  fc.array(sourceEventArb({ allocated: true }), { maxLength: 12 }),
 ).map(([options, cluster, events]) => transition(options, cluster, events));
 
 const iptablesOptionsArb = fc.record({

@@ -38,15 +38,15 @@ const NFT = `table ip kproxy {
 
 Deno.test("parseNftListing() keeps rules and elements, drops handles, counters and dynamic state", () => {
   const listing = parseNftListing(NFT);
-  assert.deepEqual([...listing.get("chain svc-FX4C5CAQ-default/web/tcp/http")!], [
+  assert.deepEqual([...listing.get("ip chain svc-FX4C5CAQ-default/web/tcp/http")!], [
     "numgen random mod 2 0 dnat to 10.244.1.10:8080",
     "dnat to 10.244.2.10:8080",
   ]);
-  const ips = listing.get("map service-ips")!;
+  const ips = listing.get("ip map service-ips")!;
   assert.ok(ips.has("10.96.0.10 . tcp . 80 : goto svc-FX4C5CAQ-default/web/tcp/http"));
   assert.equal([...ips].filter((line) => line.includes(" : goto ")).length, 2);
-  assert.ok(![...listing.get("set canary")!].some((line) => line.includes("0x")));
-  const affinity = [...listing.get("map aff-GWZ5VCEG-default/sticky/tcp/http")!];
+  assert.ok(![...listing.get("ip set canary")!].some((line) => line.includes("0x")));
+  const affinity = [...listing.get("ip map aff-GWZ5VCEG-default/sticky/tcp/http")!];
   assert.ok(!affinity.some((line) => line.includes("10.244.1.10")), "learned elements ignored");
 });
 
@@ -76,16 +76,16 @@ Deno.test("groupByService() attributes changed rules and elements to their servi
 Deno.test("diffListings() reports stale and missing blocks", () => {
   const desired = parseNftListing(NFT);
   const kernel = parseNftListing(NFT);
-  kernel.delete("chain svc-FX4C5CAQ-default/web/tcp/http");
-  kernel.set("chain svc-OLD00000-default/gone/tcp/http", new Set(["dnat to 10.244.9.9:80"]));
+  kernel.delete("ip chain svc-FX4C5CAQ-default/web/tcp/http");
+  kernel.set("ip chain svc-OLD00000-default/gone/tcp/http", new Set(["dnat to 10.244.9.9:80"]));
   const text = formatServiceDiffs(groupByService(diffListings(desired, kernel)));
   assert.match(
     text,
-    /service default\/gone:\n {2}chain svc-OLD00000-default\/gone\/tcp\/http\n {4}- \(stale/,
+    /service default\/gone:\n {2}ip chain svc-OLD00000-default\/gone\/tcp\/http\n {4}- \(stale/,
   );
   assert.match(
     text,
-    /service default\/web:\n {2}chain svc-FX4C5CAQ-default\/web\/tcp\/http\n {4}\+ \(new/,
+    /service default\/web:\n {2}ip chain svc-FX4C5CAQ-default\/web\/tcp\/http\n {4}\+ \(new/,
   );
 });
 
