@@ -763,7 +763,7 @@ export function allocateUniquely(services: readonly Json[], first = 0): Json[] {
     const ips = families.map((family) => clusterIPFor(family, index));
     if (Array.isArray(spec.clusterIPs)) spec.clusterIPs = ips;
     spec.clusterIP = ips[0];
-    for (const [p, port] of ((spec.ports as Json[] | undefined) ?? []).entries()) {
+    for (const [p, port] of (Array.isArray(spec.ports) ? spec.ports as Json[] : []).entries()) {
       if (port.nodePort !== undefined) port.nodePort = 30000 + index * 4 + p;
     }
     if (spec.healthCheckNodePort !== undefined) spec.healthCheckNodePort = 32000 + index;

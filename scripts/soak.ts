@@ -1,0 +1,367 @@
+/**
+ * The churn soak (`deno task soak`, `--duration=60s` for CI): kproxy runs
+ * in-process in nftables mode against the fake apiserver, programming a node
+ * network namespace, while services and endpoints churn at random and a
+ * client namespace sends TCP requests to three stable services in a loop.
+ *
+ * At the end it checks that:
+ * - the kernel tables equal a fresh full render of the final plan loaded
+ *   into a scratch namespace (no leaked chains, maps or elements);
+ * - the final plan equals a plan made from a fresh list of the apiserver;
+ * - no request to a stable service failed;
+ * - memory is flat: after warm-up, the average RSS of the last quarter is
+ *   within 20% of the first quarter's.
+ *
+ * It needs root, `ip`, `nft` and `python3`; it exits 0 when every check
+ * holds, 1 when one fails and 2 on bad flags.
+ *
+ * ```sh
+ * deno run --allow-all scripts/soak.ts --duration=10m --seed=7
+ * ```
+ *
+ * @module
+ */
+
+import { planOnce, stableJson } from "../lib/app.ts";
+import { parseDuration } from "../lib/config.ts";
+import { KubeSource } from "../lib/source/kube.ts";
+import { renderFull } from "../backends/nftables/render.ts";
+import { type ApiObject, FakeApiServer, writeKubeconfig } from "../tests/e2e/fake_apiserver.ts";
+import {
+  canonicalTable,
+  createNamespace,
+  deleteNamespace,
+  faultsSkipReason,
+  FaultyExecutor,
+  LogCapture,
+  nftIn,
+  nodeObject,
+  type Pod,
+  type RunningKproxy,
+  serviceObject,
+  sliceObject,
+  startKproxy,
+  Topology,
+  TrafficLoop,
+  waitFor,
+} from "../tests/faults/harness.ts";
+
+/** Options for {@linkcode runSoak}. */
+export interface SoakOptions {
+  /** How long the churn runs. @default {600000} */
+  durationMs?: number;
+  /** Seed of the churn's random choices. @default {1} */
+  seed?: number;
+  /** Average pause between two churn operations. @default {100} */
+  churnIntervalMs?: number;
+  /** At most this many churned services exist at once. @default {60} */
+  maxChurnServices?: number;
+  /** Progress lines. @default {console.error} */
+  log?: (line: string) => void;
+}
+
+/** What {@linkcode runSoak} found; `ok` when every check held. */
+export interface SoakReport {
+  ok: boolean;
+  durationMs: number;
+  churnOperations: number;
+  requests: number;
+  failedRequests: { target: string; detail: string; at: string }[];
+  /** Families whose kernel table differs from a fresh render of the final plan. */
+  tableMismatches: string[];
+  /** True when the final plan equals a plan from a fresh apiserver list. */
+  planMatchesApiserver: boolean;
+  memory: { samples: number; firstQuarterMB: number; lastQuarterMB: number; growth: number };
+  syncFailures: number;
+  problems: string[];
+}
+
+const STABLE = [
+  { name: "stable-0", ip: "10.96.0.10" },
+  { name: "stable-1", ip: "10.96.0.11" },
+  { name: "stable-2", ip: "10.96.0.12" },
+];
+
+/** A small deterministic generator (mulberry32). */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function average(values: number[]): number {
+  return values.reduce((sum, value) => sum + value, 0) / Math.max(values.length, 1);
+}
+
+/** Compares first- and last-quarter RSS after a warm-up of 20% of the samples (at most 30). */
+function memoryTrend(samples: number[]): SoakReport["memory"] {
+  const warmUp = Math.min(30, Math.floor(samples.length / 5));
+  const steady = samples.slice(warmUp);
+  const quarter = Math.max(1, Math.floor(steady.length / 4));
+  const first = average(steady.slice(0, quarter));
+  const last = average(steady.slice(-quarter));
+  const mb = (bytes: number) => Math.round(bytes / 1e5) / 10;
+  return {
+    samples: samples.length,
+    firstQuarterMB: mb(first),
+    lastQuarterMB: mb(last),
+    growth: Math.round((last / first - 1) * 1000) / 1000,
+  };
+}
+
+/** The churn: random services with endpoints on the topology's pods. */
+class Churn {
+  operations = 0;
+  readonly #server: FakeApiServer;
+  readonly #pods: Pod[];
+  readonly #next: () => number;
+  readonly #max: number;
+  readonly #live = new Set<number>();
+  #created = 0;
+
+  constructor(options: { server: FakeApiServer; pods: Pod[]; seed: number; max: number }) {
+    this.#server = options.server;
+    this.#pods = options.pods;
+    this.#next = random(options.seed);
+    this.#max = options.max;
+  }
+
+  #pick<T>(items: T[]): T {
+    return items[Math.floor(this.#next() * items.length)]!;
+  }
+
+  #endpoints(): string[] {
+    const count = 1 + Math.floor(this.#next() * this.#pods.length);
+    return [...new Set(Array.from({ length: count }, () => this.#pick(this.#pods).ipv4))];
+  }
+
+  /** One random create, delete, endpoint change or port change. */
+  step(): void {
+    this.operations++;
+    const roll = this.#next();
+    const live = [...this.#live];
+    if (live.length === 0 || (roll < 0.35 && live.length < this.#max)) {
+      const id = this.#created++ % 4000;
+      if (this.#live.has(id)) return;
+      this.#live.add(id);
+      this.#upsertService(id, 80);
+      this.#server.upsert("endpointslices", sliceObject(`churn-${id}`, this.#endpoints()));
+    } else if (roll < 0.6) {
+      const id = this.#pick(live);
+      this.#live.delete(id);
+      this.#server.delete("services", `churn-${id}`, "default");
+      this.#server.delete("endpointslices", `churn-${id}-1`, "default");
+    } else if (roll < 0.9) {
+      const id = this.#pick(live);
+      const endpoints = this.#next() < 0.1 ? [] : this.#endpoints();
+      this.#server.upsert("endpointslices", sliceObject(`churn-${id}`, endpoints));
+    } else {
+      this.#upsertService(this.#pick(live), 80 + Math.floor(this.#next() * 3));
+    }
+  }
+
+  #upsertService(id: number, port: number): void {
+    const service = serviceObject({
+      name: `churn-${id}`,
+      clusterIP: `10.96.${100 + (id >> 8)}.${id & 255}`,
+      port,
+      ...(this.#next() < 0.3 ? { type: "NodePort" as const, nodePort: 30000 + id } : {}),
+    });
+    this.#server.upsert("services", service);
+  }
+}
+
+/**
+ * Runs the soak in namespaces prefixed `kp-f-soak` and returns its report;
+ * everything it created is removed before it returns.
+ */
+export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
+  const durationMs = options.durationMs ?? 600_000;
+  const log = options.log ?? ((line: string) => console.error(line));
+  const problems: string[] = [];
+  const logs = await LogCapture.install(0);
+  const topology = await Topology.create({
+    prefix: `kp-f-soak${Topology.randomTag()}-`,
+    localPods: 4,
+    remotePods: 0,
+    serverLifetimeSeconds: Math.ceil(durationMs / 1000) + 300,
+    exitOnSigint: true,
+  });
+  const scratch = `kp-f-soak${Topology.randomTag()}-scratch`;
+  const server = await FakeApiServer.start();
+  const kubeconfig = await writeKubeconfig(server);
+  const newSource = () =>
+    new KubeSource({
+      kubeconfig,
+      master: "",
+      nodeName: "node-a",
+      backoff: { initialMs: 100, maxMs: 1000 },
+    });
+  let kproxy: RunningKproxy | undefined;
+  let traffic: TrafficLoop | undefined;
+  const rss: number[] = [];
+  try {
+    const pods = topology.localPods;
+    server.upsert("nodes", nodeObject());
+    STABLE.forEach((stable, i) => {
+      server.upsert("services", serviceObject({ name: stable.name, clusterIP: stable.ip }));
+      const endpoints = [pods[i % pods.length]!, pods[(i + 1) % pods.length]!];
+      server.upsert("endpointslices", sliceObject(stable.name, endpoints.map((pod) => pod.ipv4)));
+    });
+    kproxy = await startKproxy({
+      source: newSource(),
+      executor: new FaultyExecutor({ namespace: topology.node, timeoutMs: 60_000 }),
+    });
+    const running = kproxy;
+    await waitFor("the initial sync", () => running.app.proxier.lastSynced !== undefined, 30_000);
+    traffic = TrafficLoop.start({
+      topology,
+      targets: STABLE.map((stable) => ({ ip: stable.ip, port: 80 })),
+    });
+
+    const churn = new Churn({
+      server,
+      pods,
+      seed: options.seed ?? 1,
+      max: options.maxChurnServices ?? 60,
+    });
+    const interval = options.churnIntervalMs ?? 100;
+    const started = Date.now();
+    let lastSample = 0;
+    let lastReport = started;
+    let lastCompact = started;
+    while (Date.now() - started < durationMs) {
+      churn.step();
+      const now = Date.now();
+      if (now - lastSample >= 1000) {
+        rss.push(Deno.memoryUsage().rss);
+        lastSample = now;
+      }
+      if (now - lastCompact >= 15_000) {
+        // Bounds the fake's history; the next dropped watch relists (410).
+        server.compact();
+        if (Math.random() < 0.5) server.dropWatches();
+        lastCompact = now;
+      }
+      if (now - lastReport >= 10_000) {
+        log(
+          `soak: ${Math.round((now - started) / 1000)} s, ${churn.operations} operations, ` +
+            `${traffic.sent} requests, ${traffic.failures.length} failed, ` +
+            `rss ${Math.round(rss.at(-1)! / 1e6)} MB`,
+        );
+        lastReport = now;
+      }
+      await new Promise((resolve) => setTimeout(resolve, interval * 2 * Math.random()));
+    }
+    log(`soak: churn done after ${churn.operations} operations; checking the end state`);
+
+    const fresh = await planOnce(running.app.config, newSource());
+    let planMatchesApiserver = false;
+    await waitFor("the final plan", () => {
+      planMatchesApiserver = stableJson(running.app.proxier.lastSynced) === stableJson(fresh);
+      return planMatchesApiserver;
+    }, 20_000).catch(() => problems.push("the final plan differs from a fresh apiserver list"));
+    await traffic.stop();
+
+    const plans = running.app.proxier.lastSynced!;
+    await createNamespace(scratch);
+    const script = [plans.ipv4, plans.ipv6].map((plan) =>
+      renderFull(plan, {
+        table: "kproxy",
+        masqueradeMark: 1 << running.app.config.iptables.masqueradeBit,
+        dropInvalid: !running.app.config.conntrack.tcpBeLiberal,
+      }).toString()
+    ).join("");
+    if (await nftIn(scratch, ["-f", "-"], script) === undefined) {
+      problems.push("the fresh render does not load in a scratch namespace");
+    }
+    const tableMismatches: string[] = [];
+    for (const family of ["ip", "ip6"]) {
+      const kernel = await canonicalTable(topology.node, family);
+      const expected = await canonicalTable(scratch, family);
+      if (JSON.stringify(kernel) !== JSON.stringify(expected)) tableMismatches.push(family);
+    }
+    if (tableMismatches.length > 0) {
+      problems.push(`kernel tables differ from a fresh render: ${tableMismatches.join(", ")}`);
+    }
+    const failedRequests = traffic.failures.map((failure) => ({
+      target: failure.target,
+      detail: failure.reply.ok ? "" : `${failure.reply.error}: ${failure.reply.detail}`,
+      at: new Date(failure.at).toISOString(),
+    }));
+    if (failedRequests.length > 0) {
+      problems.push(`${failedRequests.length} requests to stable services failed`);
+    }
+    if (traffic.sent === 0) problems.push("no request was sent");
+    const memory = memoryTrend(rss);
+    if (memory.growth > 0.2) {
+      problems.push(
+        `RSS grew ${Math.round(memory.growth * 100)}% from the first to the last quarter`,
+      );
+    }
+    const metrics = await running.metricsText();
+    const syncFailures = Number(
+      metrics.match(/^kproxy_sync_failures_total\{mode="nftables"\} (\d+)/m)?.[1] ?? "0",
+    );
+    if (syncFailures > 0) problems.push(`${syncFailures} syncs failed`);
+    const errors = logs.matching(/^[EF]\d{4} /);
+    if (errors.length > 0) problems.push(`${errors.length} error lines logged: ${errors[0]}`);
+    return {
+      ok: problems.length === 0,
+      durationMs,
+      churnOperations: churn.operations,
+      requests: traffic.sent,
+      failedRequests,
+      tableMismatches,
+      planMatchesApiserver,
+      memory,
+      syncFailures,
+      problems,
+    };
+  } finally {
+    await traffic?.stop();
+    await kproxy?.stop();
+    await server.stop();
+    await Deno.remove(kubeconfig).catch(() => undefined);
+    await deleteNamespace(scratch);
+    await topology.destroy();
+  }
+}
+
+/** Parses `--duration=…`, `--seed=…` and `--churn-interval=…`. */
+export function parseSoakArgs(args: string[]): SoakOptions {
+  const options: SoakOptions = {};
+  for (const arg of args) {
+    const [flag, value = ""] = arg.split("=", 2) as [string, string?];
+    if (flag === "--duration") options.durationMs = parseDuration(value);
+    else if (flag === "--churn-interval") options.churnIntervalMs = parseDuration(value);
+    else if (flag === "--seed" && /^\d+$/.test(value)) options.seed = Number(value);
+    else {throw new TypeError(
+        `Cannot parse soak flag "${arg}": expected --duration, --seed or --churn-interval`,
+      );}
+  }
+  return options;
+}
+
+if (import.meta.main) {
+  let options: SoakOptions;
+  try {
+    options = parseSoakArgs(Deno.args);
+  } catch (error) {
+    console.error(error instanceof Error ? error.message : String(error));
+    Deno.exit(2);
+  }
+  const reason = await faultsSkipReason(["nft"]);
+  if (reason !== undefined) {
+    console.error(`soak: cannot run: ${reason}`);
+    Deno.exit(1);
+  }
+  const report = await runSoak(options);
+  console.log(JSON.stringify(report, null, 2));
+  Deno.exit(report.ok ? 0 : 1);
+}

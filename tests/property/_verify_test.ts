@@ -1,0 +1,394 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { Tracker } from "../../lib/tracker.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/planner.ts";
+import type { NodePlans, Plan, ServicePortPlan } from "../../lib/plan.ts";
+import type { SourceEvent } from "../../lib/source/source.ts";
+import * as nft from "../../backends/nftables/render.ts";
+import * as ipt from "../../backends/iptables/render.ts";
+import { cidrContains, parseCIDR } from "../../lib/ip.ts";
+import { type CheckTool, NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
+import {
+  clusterArb,
+  fuzzRuns,
+  listEvents,
+  plannerOptionsArb,
+  type RawCluster,
+  sourceEventArb,
+  THIS_NODE,
+} from "./arbitraries.ts";
+
+const PURE_RUNS = fuzzRuns(100);
+const TOOL_RUNS = fuzzRuns(30);
+
+/** A plan change: the plans before and after some events, and the ids that changed. */
+interface Transition {
+  previous: NodePlans;
+  next: NodePlans;
+  changed: { ipv4: Set<string>; ipv6: Set<string> };
+}
+
+function transition(
+  options: PlannerOptions,
+  cluster: RawCluster,
+  events: readonly SourceEvent[],
+): Transition {
+  const tracker = new Tracker({ nodeName: THIS_NODE, clock: () => 0 });
+  for (const event of listEvents(cluster)) tracker.apply(event);
+  const first = tracker.drain();
+  const previous = planNode({ state: first.state, options });
+  for (const event of events) tracker.apply(event);
+  const second = tracker.drain();
+  const next = planNode({
+    state: second.state,
+    options,
+    previous,
+    changedServices: second.changedServices,
+    globalChange: second.globalChange,
+  });
+  return {
+    previous,
+    next,
+    changed: {
+      ipv4: changedServicePortIds(previous.ipv4, next.ipv4, second.changedServices),
+      ipv6: changedServicePortIds(previous.ipv6, next.ipv6, second.changedServices),
+    },
+  };
+}
+
+const transitionArb = fc.tuple(
+  plannerOptionsArb,
+  clusterArb({ large: true }),
+  fc.array(sourceEventArb({ allocated: true }), { maxLength: 12 }),
+).map(([options, cluster, events]) => transition(options, cluster, events));
+
+const iptablesOptionsArb = fc.record({
+  masqueradeBit: fc.constantFrom(0, 14, 31),
+  localhostNodePorts: fc.boolean(),
+  conntrackTcpBeLiberal: fc.boolean(),
+});
+
+/** A plan whose every `reason` is replaced by text that would break any script. */
+function withHostileReasons(plan: Plan, marker: string): Plan {
+  const copy = structuredClone(plan);
+  for (const service of copy.services) {
+    service.internal = { ...service.internal, reason: marker };
+    service.external = { ...service.external, reason: marker };
+  }
+  return copy;
+}
+
+/** A service port plan without endpoints, for hand-made counterexamples. */
+function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): ServicePortPlan {
+  return {
+    id: `default/${name}:/TCP`,
+    namespace: "default",
+    name,
+    portName: "",
+    protocol: "TCP",
+    port: 80,
+    clusterIPs: ["10.96.0.10"],
+    nodePort: 30080,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: 0,
+    clusterIPMasquerade: "none",
+    internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
+    external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
+    externalLocal: false,
+    localReadyEndpoints: 0,
+    ...overrides,
+  };
+}
+
+/**
+ * Known bug (.notes/fuzz.md): when a second service takes a node port (or
+ * cluster IP and port) another service already holds, which the apiserver
+ * prevents but a manifests directory does not, renderIncremental() adds a
+ * map element whose key exists and nft rejects the transaction ("File
+ * exists"); renderFull() silently keeps the first. The next full sync recovers.
+ */
+const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (() => {
+  const base: Plan = {
+    family: "IPv4",
+    nodeName: THIS_NODE,
+    nodePortAddresses: ["192.168.1.10"],
+    serviceCIDRs: ["10.96.0.0/16"],
+    localTraffic: { mode: "None" },
+    services: [],
+  };
+  const web = servicePort("web");
+  return {
+    previous: { ...base, services: [web] },
+    plan: { ...base, services: [servicePort("a", { clusterIPs: ["10.96.0.11"] }), web] },
+    changed: new Set(["default/a:/TCP"]),
+  };
+})();
+const SHARED_NODE_PORT_FIXED = true;
+
+/** True when one CIDR of the list contains another. */
+function hasNested(cidrs: readonly string[]): boolean {
+  return cidrs.some((outer, i) =>
+    cidrs.some((inner, j) => i !== j && cidrContains(outer, parseCIDR(inner)!.cidr.split("/")[0]!))
+  );
+}
+
+/** True when a plan holds nested service CIDRs or nested source ranges of one service port. */
+function hasNestedCIDRs(plans: NodePlans): boolean {
+  return plansOf(plans).some((plan) =>
+    hasNested(plan.serviceCIDRs) || plan.services.some((service) => hasNested(service.sourceRanges))
+  );
+}
+
+/**
+ * Known bugs (.notes/fuzz.md): the nftables renderer writes nested CIDRs into
+ * interval sets, which nft rejects, failing the whole family's sync:
+ * two overlapping ServiceCIDR objects (legal, e.g. while a range is widened)
+ * give "conflicting intervals specified" in `service-cidrs`; overlapping
+ * loadBalancerSourceRanges of ONE service give "File exists" in
+ * `firewall-allow`, so any user allowed to create a LoadBalancer Service can
+ * stop every service on every nftables node from being programmed.
+ */
+const NESTED_CIDR_PLANS: Plan[] = [
+  {
+    family: "IPv6",
+    nodeName: THIS_NODE,
+    nodePortAddresses: ["fd00::10"],
+    serviceCIDRs: ["fd00:96::/108", "fd00:96::/112"],
+    localTraffic: { mode: "None" },
+    services: [],
+  },
+  {
+    family: "IPv4",
+    nodeName: THIS_NODE,
+    nodePortAddresses: ["192.168.1.10"],
+    serviceCIDRs: ["10.96.0.0/16"],
+    localTraffic: { mode: "None" },
+    services: [
+      servicePort("web", {
+        loadBalancerIPs: ["192.0.2.1"],
+        sourceRanges: ["10.0.0.0/8", "10.1.0.0/16"],
+      }),
+    ],
+  },
+];
+/** Flip once backends/nftables/render.ts (or the planner) collapses nested CIDRs. */
+const NESTED_CIDRS_FIXED = true;
+
+function plansOf(plans: NodePlans): Plan[] {
+  return [plans.ipv4, plans.ipv6];
+}
+
+// ------------------------------------------------------------------ pure properties
+
+Deno.test("renderFull() (nftables, iptables) never embeds a plan's reason text", () => {
+  const marker = 'REASON"; } flush ruleset; $(reboot) `id`\n#';
+  fc.assert(
+    fc.property(transitionArb, iptablesOptionsArb, ({ next }, iptOptions) => {
+      for (const plan of plansOf(next)) {
+        const hostile = withHostileReasons(plan, marker);
+        const nftText = nft.renderFull(hostile).toString();
+        const iptText = ipt.renderFull(hostile, iptOptions).toString();
+        assert.ok(!nftText.includes("REASON") && !iptText.includes("REASON"), "reason rendered");
+        assert.equal(nftText, nft.renderFull(plan).toString(), "reason changed the nft script");
+        assert.equal(
+          iptText,
+          ipt.renderFull(plan, iptOptions).toString(),
+          "reason changed the restore script",
+        );
+      }
+    }),
+    { numRuns: PURE_RUNS },
+  );
+});
+
+Deno.test("renderFull(), renderIncremental() and renderPartial() raise no validation error on planned input", () => {
+  fc.assert(
+    fc.property(transitionArb, iptablesOptionsArb, ({ previous, next, changed }, iptOptions) => {
+      for (
+        const [before, after, ids] of [
+          [previous.ipv4, next.ipv4, changed.ipv4],
+          [previous.ipv6, next.ipv6, changed.ipv6],
+        ] as const
+      ) {
+        const full = nft.renderFull(after);
+        assert.equal(full.error, undefined, `nft: ${full.error?.message}`);
+        const incremental = nft.renderIncremental({ plan: after, previous: before, changed: ids });
+        assert.equal(
+          incremental?.error,
+          undefined,
+          `nft incremental: ${incremental?.error?.message}`,
+        );
+        const script = ipt.renderFull(after, iptOptions);
+        assert.equal(script.error, undefined, `iptables: ${script.error?.message}`);
+        const partial = ipt.renderPartial(
+          { previous: before, next: after, changed: ids },
+          iptOptions,
+        );
+        assert.equal(partial.error, undefined, `iptables partial: ${partial.error?.message}`);
+      }
+    }),
+    { numRuns: PURE_RUNS },
+  );
+});
+
+// ------------------------------------------------------------------ real tools
+
+const IPTABLES_TOOLS = [
+  "iptables-nft-restore",
+  "ip6tables-nft-restore",
+  "iptables-legacy-restore",
+  "ip6tables-legacy-restore",
+] as const satisfies readonly CheckTool[];
+const skipReason = await netnsSkipReason(["nft", ...IPTABLES_TOOLS]);
+
+function restoreTool(variant: "nft" | "legacy", plan: Plan): CheckTool {
+  return `${plan.family === "IPv4" ? "iptables" : "ip6tables"}-${variant}-restore`;
+}
+
+function assertAccepted(
+  result: { ok: boolean; stderr: string },
+  what: string,
+  script: string,
+): void {
+  assert.ok(
+    result.ok,
+    `${what} rejected:\n${result.stderr}\n--- script ---\n${script.slice(0, 4000)}`,
+  );
+}
+
+Deno.test({
+  name:
+    "rendered scripts are accepted by nft -c and iptables-restore --test in a network namespace",
+  ignore: skipReason !== undefined,
+  async fn(t) {
+    const checker = await NetnsChecker.create("kp-fz");
+    try {
+      await t.step("nftables renderFull() and renderIncremental()", async () => {
+        await fc.assert(
+          fc.asyncProperty(transitionArb, async ({ previous, next, changed }) => {
+            fc.pre(
+              NESTED_CIDRS_FIXED ||
+                (!hasNestedCIDRs(previous) && !hasNestedCIDRs(next)),
+            );
+            await checker.reset();
+            for (
+              const [before, after, ids] of [
+                [previous.ipv4, next.ipv4, changed.ipv4],
+                [previous.ipv6, next.ipv6, changed.ipv6],
+              ] as const
+            ) {
+              const full = nft.renderFull(after, { generation: 1 }).toString();
+              assertAccepted(
+                await checker.check("nft", full),
+                `nft -c (${after.family} full)`,
+                full,
+              );
+              const base = nft.renderFull(before, { generation: 1 }).toString();
+              assertAccepted(
+                await checker.apply("nft", base),
+                `nft -f (${before.family} previous)`,
+                base,
+              );
+              const tx = nft.renderIncremental({ plan: after, previous: before, changed: ids }, {
+                generation: 2,
+              });
+              if (tx === undefined || tx.length === 0) continue;
+              const text = tx.toString();
+              assertAccepted(
+                await checker.check("nft", text),
+                `nft -c (${after.family} incremental)`,
+                text,
+              );
+            }
+          }),
+          { numRuns: TOOL_RUNS },
+        );
+      });
+
+      await t.step({
+        name:
+          "nftables renderFull() with nested service CIDRs or source ranges (known bug, see .notes/fuzz.md)",
+        ignore: !NESTED_CIDRS_FIXED,
+        async fn() {
+          await checker.reset();
+          for (const plan of NESTED_CIDR_PLANS) {
+            const text = nft.renderFull(plan).toString();
+            assertAccepted(
+              await checker.check("nft", text),
+              `nft -c (${plan.family} nested CIDRs)`,
+              text,
+            );
+          }
+        },
+      });
+
+      await t.step({
+        name:
+          "nftables renderIncremental() when a new service reuses a node port (known bug, see .notes/fuzz.md)",
+        ignore: !SHARED_NODE_PORT_FIXED,
+        async fn() {
+          await checker.reset();
+          const { previous, plan, changed } = SHARED_NODE_PORT;
+          const base = nft.renderFull(previous).toString();
+          assertAccepted(await checker.apply("nft", base), "nft -f (previous)", base);
+          const text = nft.renderIncremental({ plan, previous, changed })!.toString();
+          assertAccepted(await checker.check("nft", text), "nft -c (shared node port)", text);
+        },
+      });
+
+      for (const variant of ["nft", "legacy"] as const) {
+        await t.step(
+          `iptables-${variant}-restore renderFull(), chunks and renderPartial()`,
+          async () => {
+            await fc.assert(
+              fc.asyncProperty(
+                transitionArb,
+                iptablesOptionsArb,
+                async ({ previous, next, changed }, options) => {
+                  await checker.reset();
+                  for (
+                    const [before, after, ids] of [
+                      [previous.ipv4, next.ipv4, changed.ipv4],
+                      [previous.ipv6, next.ipv6, changed.ipv6],
+                    ] as const
+                  ) {
+                    const tool = restoreTool(variant, after);
+                    const full = ipt.renderFull(after, options).toString();
+                    assertAccepted(await checker.check(tool, full), `${tool} --test (full)`, full);
+                    for (
+                      const chunk of ipt.renderFullInChunks(before, {
+                        ...options,
+                        maxChainsPerChunk: 3,
+                      })
+                    ) {
+                      const text = chunk.toString();
+                      assertAccepted(
+                        await checker.apply(tool, text),
+                        `${tool} (chunk of previous)`,
+                        text,
+                      );
+                    }
+                    const partial = ipt.renderPartial({
+                      previous: before,
+                      next: after,
+                      changed: ids,
+                    }, options);
+                    if (partial.isEmpty) continue;
+                    const text = partial.toString();
+                    assertAccepted(await checker.apply(tool, text), `${tool} (partial)`, text);
+                  }
+                },
+              ),
+              { numRuns: TOOL_RUNS },
+            );
+          },
+        );
+      }
+    } finally {
+      await checker.destroy();
+    }
+  },
+});
