@@ -26,7 +26,7 @@ import { planOnce, stableJson } from "../lib/app.ts";
 import { parseDuration } from "../lib/config.ts";
 import { KubeSource } from "../lib/source/kube.ts";
 import { renderFull } from "../backends/nftables/render.ts";
-import { type ApiObject, FakeApiServer, writeKubeconfig } from "../tests/e2e/fake_apiserver.ts";
+import { FakeApiServer, writeKubeconfig } from "../tests/e2e/fake_apiserver.ts";
 import {
   canonicalTable,
   createNamespace,
@@ -338,12 +338,15 @@ export function parseSoakArgs(args: string[]): SoakOptions {
   const options: SoakOptions = {};
   for (const arg of args) {
     const [flag, value = ""] = arg.split("=", 2) as [string, string?];
-    if (flag === "--duration") options.durationMs = parseDuration(value);
-    else if (flag === "--churn-interval") options.churnIntervalMs = parseDuration(value);
+    const ms = parseDuration(value);
+    if (flag === "--duration" && ms !== undefined && ms > 0) options.durationMs = ms;
+    else if (flag === "--churn-interval" && ms !== undefined) options.churnIntervalMs = ms;
     else if (flag === "--seed" && /^\d+$/.test(value)) options.seed = Number(value);
-    else {throw new TypeError(
-        `Cannot parse soak flag "${arg}": expected --duration, --seed or --churn-interval`,
-      );}
+    else {
+      throw new TypeError(
+        `Cannot parse soak flag "${arg}": expected --duration=DURATION, --seed=N or --churn-interval=DURATION`,
+      );
+    }
   }
   return options;
 }
