@@ -232,3 +232,29 @@ export function isLoopback(ip: string): boolean {
   if (parsed.family === "IPv4") return parsed.bytes[0] === 127;
   return parsed.address === "::1";
 }
+
+/**
+ * Drops duplicates and CIDRs inside another one of the list, keeping the
+ * order of the rest: nftables interval sets refuse overlapping elements, and
+ * a covered range adds nothing.
+ *
+ * @example Usage
+ * ```ts
+ * import { collapseCIDRs } from "./ip.ts";
+ * collapseCIDRs(["10.1.0.0/16", "10.0.0.0/8", "10.0.0.0/8"]); // ["10.0.0.0/8"]
+ * ```
+ */
+export function collapseCIDRs(cidrs: readonly string[]): string[] {
+  const parsed = cidrs.map((text) => parseCIDR(text));
+  const covered = (inner: ParsedCIDR, i: number) =>
+    parsed.some((outer, j) =>
+      outer !== undefined && j !== i && outer.family === inner.family &&
+      cidrContains(outer, { family: inner.family, bytes: inner.bytes, address: "" }) &&
+      (outer.prefixLength < inner.prefixLength ||
+        (outer.prefixLength === inner.prefixLength && j < i))
+    );
+  return cidrs.filter((_, i) => {
+    const cidr = parsed[i];
+    return cidr === undefined || !covered(cidr, i);
+  });
+}

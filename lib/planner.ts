@@ -13,7 +13,7 @@
 import { getLogger } from "@logtape/logtape";
 import type { DetectLocalMode } from "./config_types.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
-import { cidrContains, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
+import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type {
@@ -262,7 +262,7 @@ function planService(
       .map((ingress) => ingress.ip)
     : [];
   const sourceRanges = service.type === "LoadBalancer"
-    ? service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family)
+    ? collapseCIDRs(service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family))
     : [];
   const healthCheckNodePort =
     service.type === "LoadBalancer" && service.externalTrafficPolicy === "Local"
@@ -414,7 +414,7 @@ function serviceCIDRs(family: IpFamily, state: ClusterState, options: PlannerOpt
   const declared = state.serviceCIDRs.length > 0
     ? state.serviceCIDRs.flatMap((serviceCIDR) => serviceCIDR.cidrs)
     : options.serviceClusterIPRange;
-  return [...new Set(parseCIDRs(declared, family).map((cidr) => cidr.cidr))];
+  return collapseCIDRs(parseCIDRs(declared, family).map((cidr) => cidr.cidr));
 }
 
 /**

@@ -25,16 +25,17 @@
 import { planOnce, stableJson } from "../lib/app.ts";
 import { parseDuration } from "../lib/config.ts";
 import { KubeSource } from "../lib/source/kube.ts";
-import { renderFull } from "../backends/nftables/render.ts";
 import { FakeApiServer, writeKubeconfig } from "../tests/e2e/fake_apiserver.ts";
 import {
   canonicalTable,
   createNamespace,
   deleteNamespace,
+  diffTables,
+  extraElements,
   faultsSkipReason,
   FaultyExecutor,
+  loadFreshRender,
   LogCapture,
-  nftIn,
   nodeObject,
   type Pod,
   type RunningKproxy,
@@ -67,14 +68,33 @@ export interface SoakReport {
   churnOperations: number;
   requests: number;
   failedRequests: { target: string; detail: string; at: string }[];
-  /** Families whose kernel table differs from a fresh render of the final plan. */
+  /** How the kernel tables differ from a fresh render of the final plan, per family. */
   tableMismatches: string[];
+  /**
+   * Extra elements in sets whose partial syncs only ever add (see
+   * {@linkcode TOLERATED_LEAKS}), per family and set; not counted as a problem.
+   */
+  staleElements: Record<string, number>;
   /** True when the final plan equals a plan from a fresh apiserver list. */
   planMatchesApiserver: boolean;
-  memory: { samples: number; firstQuarterMB: number; lastQuarterMB: number; growth: number };
+  memory: {
+    samples: number;
+    firstQuarterMB: number;
+    lastQuarterMB: number;
+    growth: number;
+    /** RSS in MB, one sample every 10 s. */
+    trendMB: number[];
+  };
   syncFailures: number;
   problems: string[];
 }
+
+/**
+ * Sets the nftables backend's partial syncs only ever add to, by design
+ * (`renderIncremental`: "Hairpin entries are only added here"); full syncs,
+ * hourly, rebuild them. Reported, not failed (.notes/faults.md, finding 2).
+ */
+export const TOLERATED_LEAKS: readonly string[] = ["hairpin"];
 
 const STABLE = [
   { name: "stable-0", ip: "10.96.0.10" },
@@ -111,6 +131,7 @@ function memoryTrend(samples: number[]): SoakReport["memory"] {
     firstQuarterMB: mb(first),
     lastQuarterMB: mb(last),
     growth: Math.round((last / first - 1) * 1000) / 1000,
+    trendMB: samples.filter((_, i) => i % 10 === 0).map(mb),
   };
 }
 
@@ -270,24 +291,25 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
 
     const plans = running.app.proxier.lastSynced!;
     await createNamespace(scratch);
-    const script = [plans.ipv4, plans.ipv6].map((plan) =>
-      renderFull(plan, {
-        table: "kproxy",
-        masqueradeMark: 1 << running.app.config.iptables.masqueradeBit,
-        dropInvalid: !running.app.config.conntrack.tcpBeLiberal,
-      }).toString()
-    ).join("");
-    if (await nftIn(scratch, ["-f", "-"], script) === undefined) {
-      problems.push("the fresh render does not load in a scratch namespace");
-    }
+    await loadFreshRender(scratch, plans, running.app.config).catch((error) =>
+      problems.push(error.message)
+    );
     const tableMismatches: string[] = [];
+    const staleElements: Record<string, number> = {};
     for (const family of ["ip", "ip6"]) {
       const kernel = await canonicalTable(topology.node, family);
       const expected = await canonicalTable(scratch, family);
-      if (JSON.stringify(kernel) !== JSON.stringify(expected)) tableMismatches.push(family);
+      const tolerateExtraIn = [...TOLERATED_LEAKS];
+      for (const difference of diffTables(kernel, expected, { tolerateExtraIn })) {
+        tableMismatches.push(`${family}: ${difference}`);
+      }
+      for (const set of TOLERATED_LEAKS) {
+        const extra = extraElements(kernel, expected, set).length;
+        if (extra > 0) staleElements[`${family} ${set}`] = extra;
+      }
     }
     if (tableMismatches.length > 0) {
-      problems.push(`kernel tables differ from a fresh render: ${tableMismatches.join(", ")}`);
+      problems.push(`kernel tables differ from a fresh render in ${tableMismatches.length} ways`);
     }
     const failedRequests = traffic.failures.map((failure) => ({
       target: failure.target,
@@ -318,6 +340,7 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
       requests: traffic.sent,
       failedRequests,
       tableMismatches,
+      staleElements,
       planMatchesApiserver,
       memory,
       syncFailures,

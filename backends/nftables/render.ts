@@ -32,7 +32,7 @@
 import { getLogger } from "@logtape/logtape";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/plan.ts";
-import { canonicalIP, ipFamily, parseCIDR } from "../../lib/ip.ts";
+import { canonicalIP, collapseCIDRs, ipFamily, parseCIDR } from "../../lib/ip.ts";
 import { objectName, serviceNameSuffix } from "./names.ts";
 import {
   Chain,
@@ -402,13 +402,14 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     }
   }
   if (service.sourceRanges.length > 0) {
-    const ranges = service.sourceRanges.map((text) => {
+    // Interval sets refuse overlapping elements: a covered range adds nothing.
+    const ranges = collapseCIDRs(service.sourceRanges.map((text) => {
       const cidr = parseCIDR(text);
       if (cidr === undefined || cidr.family !== ctx.family) {
         throw new TypeError(`Cannot render source range "${text}": not an ${ctx.family} CIDR`);
       }
       return cidr.cidr;
-    });
+    }));
     for (const lbIP of service.loadBalancerIPs.map((ip) => address(ctx, ip))) {
       elements.push(new Element({ set: "firewall-ips", key: [lbIP, proto, servicePort] }));
       for (const range of ranges) {
@@ -651,7 +652,9 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
   for (const element of addressElements(ctx, "nodeport-ips", plan.nodePortAddresses)) {
     tx.add(element);
   }
-  for (const element of addressElements(ctx, "service-cidrs", plan.serviceCIDRs)) tx.add(element);
+  for (const element of addressElements(ctx, "service-cidrs", collapseCIDRs(plan.serviceCIDRs))) {
+    tx.add(element);
+  }
 
   const seen = new Set<string>();
   const elements = new Map<string, Element[]>();
@@ -826,7 +829,13 @@ export function renderIncremental(
 
   // 6. Plan-wide address sets.
   diffAddressSet(tx, ctx, "nodeport-ips", previous.nodePortAddresses, plan.nodePortAddresses);
-  diffAddressSet(tx, ctx, "service-cidrs", previous.serviceCIDRs, plan.serviceCIDRs);
+  diffAddressSet(
+    tx,
+    ctx,
+    "service-cidrs",
+    collapseCIDRs(previous.serviceCIDRs),
+    collapseCIDRs(plan.serviceCIDRs),
+  );
   canary(tx, options.generation ?? 0, false);
   return tx;
 }

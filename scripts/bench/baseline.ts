@@ -16,9 +16,9 @@ import { withNamespace } from "./harness.ts";
 export function upstreamIptablesScript(plan: Plan): string {
   const chains = [":KUBE-SERVICES - [0:0]", ":KUBE-MARK-MASQ - [0:0]", ":KUBE-POSTROUTING - [0:0]"];
   const rules = [
-    "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
-    "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
-    "-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+    '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
     "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
     "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
     "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000",
@@ -27,7 +27,8 @@ export function upstreamIptablesScript(plan: Plan): string {
   plan.services.forEach((service, i) => {
     const svc = `KUBE-SVC-${i.toString(36).toUpperCase().padStart(16, "0")}`;
     const ip = service.clusterIPs[0]!;
-    const comment = `-m comment --comment "${service.namespace}/${service.name}:${service.portName}"`;
+    const comment =
+      `-m comment --comment "${service.namespace}/${service.name}:${service.portName}"`;
     chains.push(`:${svc} - [0:0]`);
     rules.push(
       `-A KUBE-SERVICES ${comment} -m tcp -p tcp -d ${ip} --dport ${service.port} -j ${svc}`,
@@ -57,6 +58,7 @@ export function upstreamIptablesScript(plan: Plan): string {
 export async function loadIptablesBaseline(
   plan: Plan,
   variant: "nft" | "legacy",
+  timeoutMs = 300_000,
 ): Promise<{ ms: number; rules: number }> {
   const script = upstreamIptablesScript(plan);
   const rules = script.split("\n").filter((line) => line.startsWith("-A")).length;
@@ -67,7 +69,7 @@ export async function loadIptablesBaseline(
       program: `iptables-${variant}-restore`,
       args: ["--noflush"],
       stdin: script,
-      timeoutMs: 900_000,
+      timeoutMs,
     });
     const ms = performance.now() - start;
     if (result.code !== 0) {

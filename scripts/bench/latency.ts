@@ -136,7 +136,9 @@ export async function benchChange(options: {
       apply.push(command.endedAt - command.startedAt);
       const after = { npd: npd.get(), syncs: syncs.get() };
       if (after.npd.count > before.npd.count) {
-        metric.push(((after.npd.sum - before.npd.sum) / (after.npd.count - before.npd.count)) * 1000);
+        metric.push(
+          ((after.npd.sum - before.npd.sum) / (after.npd.count - before.npd.count)) * 1000,
+        );
       }
       sync.push(
         ((after.syncs.sum - before.syncs.sum) / (after.syncs.count - before.syncs.count)) * 1000,

@@ -39,13 +39,20 @@ const DOCS = new URL("../../docs/", import.meta.url);
 const ENDPOINTS_PER_SERVICE = 10;
 /** Largest size at which the quadratic upstream-style nftables layout is loaded. */
 const NFT_BASELINE_MAX = 10_000;
+/** A baseline load slower than this is stopped and reported as such. */
+const BASELINE_TIMEOUT_MS = 180_000;
 
 /** Parsed command line of the bench. */
 export interface BenchOptions {
   sizes: number[];
   sections: Section[];
+  /** Re-render from this saved run; with `--only`, re-measure those sections into it. */
   fromJson?: string;
   json: string;
+  /** Modes the fullsync section measures. */
+  fullsyncModes: string[];
+  /** Whether `--only` was given. */
+  only: boolean;
 }
 
 /** Parses the bench's flags. */
@@ -58,6 +65,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       only: { type: "string" },
       "from-json": { type: "string" },
       json: { type: "string", default: "/tmp/kp-bench-results.json" },
+      "fullsync-modes": { type: "string", default: "nftables,iptables" },
     },
   });
   const sizes = values.sizes
@@ -76,7 +84,14 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       throw new Error(`Cannot parse --only ${values.only}: "${section}" is not one of ${SECTIONS}`);
     }
   }
-  return { sizes, sections, fromJson: values["from-json"], json: values.json };
+  return {
+    sizes,
+    sections,
+    fromJson: values["from-json"],
+    json: values.json,
+    fullsyncModes: values["fullsync-modes"].split(","),
+    only: values.only !== undefined,
+  };
 }
 
 function log(text: string): void {
@@ -129,7 +144,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
   const has = (s: Section) => sections.includes(s);
   const tenK = Math.min(10_000, Math.max(...sizes));
 
-  if (has("fullsync")) {
+  if (has("fullsync") && options.fullsyncModes.includes("nftables")) {
     await section(results, "full sync, nftables", async () => {
       results.nftables = await benchNftables({
         sizes,
@@ -137,26 +152,43 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
         baselineMaxServices: NFT_BASELINE_MAX,
       });
     });
-    await section(results, "full sync, iptables", async () => {
-      results.iptables = await benchIptables({ sizes, endpointsPerService: ENDPOINTS_PER_SERVICE });
-    });
-    await section(results, "full sync, iptables upstream-style baseline", async () => {
-      for (const variant of ["nft", "legacy"] as const) {
-        for (const services of sizes) {
-          const { ms, rules } = await loadIptablesBaseline(
-            benchPlan(services, ENDPOINTS_PER_SERVICE),
-            variant,
+  }
+  if (has("fullsync") && options.fullsyncModes.includes("iptables")) {
+    for (const variant of ["nft", "legacy"] as const) {
+      for (const services of sizes) {
+        await section(results, `full sync, iptables-${variant}, ${services} services`, async () => {
+          results.iptables.push(
+            ...await benchIptables({
+              sizes: [services],
+              endpointsPerService: ENDPOINTS_PER_SERVICE,
+              variants: [variant],
+            }),
           );
-          results.iptablesBaseline.push({
-            variant,
-            services,
-            endpointsPerService: ENDPOINTS_PER_SERVICE,
-            rules,
-            fullMs: ms,
-          });
-        }
+        });
       }
-    });
+    }
+    for (const variant of ["nft", "legacy"] as const) {
+      for (const services of sizes) {
+        await section(
+          results,
+          `full sync, iptables-${variant} upstream-style, ${services} services`,
+          async () => {
+            const { ms, rules } = await loadIptablesBaseline(
+              benchPlan(services, ENDPOINTS_PER_SERVICE),
+              variant,
+              BASELINE_TIMEOUT_MS,
+            );
+            results.iptablesBaseline.push({
+              variant,
+              services,
+              endpointsPerService: ENDPOINTS_PER_SERVICE,
+              rules,
+              fullMs: ms,
+            });
+          },
+        );
+      }
+    }
   }
   if (has("change")) {
     for (const mode of ["nftables", "iptables"] as const) {
@@ -202,27 +234,51 @@ async function leftoverNamespaces(): Promise<string[]> {
     .filter((name) => name.startsWith(NAMESPACE_PREFIX));
 }
 
+/** Replaces in `base` what `fresh` measured (the sections of `options`). */
+function merge(base: BenchResults, fresh: BenchResults, options: BenchOptions): BenchResults {
+  const merged: BenchResults = { ...base, date: fresh.date, machine: fresh.machine };
+  const has = (s: Section) => options.sections.includes(s);
+  if (has("fullsync")) {
+    if (options.fullsyncModes.includes("nftables")) merged.nftables = fresh.nftables;
+    if (options.fullsyncModes.includes("iptables")) {
+      merged.iptables = fresh.iptables;
+      merged.iptablesBaseline = fresh.iptablesBaseline;
+    }
+  }
+  if (has("change")) merged.change = fresh.change;
+  if (has("startup") || has("memory")) {
+    merged.process = fresh.process;
+    merged.floor = fresh.floor;
+  }
+  if (has("storm")) merged.storm = fresh.storm;
+  if (has("datapath")) merged.datapath = fresh.datapath;
+  const rerun = new Set(fresh.errors.map((e) => e.split(":")[0]));
+  merged.errors = [...base.errors.filter((e) => !rerun.has(e.split(":")[0])), ...fresh.errors];
+  merged.sections = [...new Set([...base.sections, ...fresh.sections])];
+  return merged;
+}
+
 if (import.meta.main) {
   const options = parseBenchArgs(Deno.args);
-  let results: BenchResults;
-  if (options.fromJson) {
-    results = JSON.parse(await Deno.readTextFile(options.fromJson));
-    results.notes = [...PROFILE_NOTES];
-  } else {
+  let results: BenchResults | undefined;
+  if (options.fromJson) results = JSON.parse(await Deno.readTextFile(options.fromJson));
+  if (!options.fromJson || options.only) {
     if (Deno.uid() !== 0) {
       console.error("bench: needs root to create network namespaces");
       Deno.exit(1);
     }
     const started = performance.now();
-    results = await runBench(options);
+    const fresh = await runBench(options);
     log(`all sections done in ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    const left = await leftoverNamespaces();
+    if (left.length > 0) fresh.errors.push(`namespaces left behind: ${left.join(", ")}`);
+    results = results ? merge(results, fresh, options) : fresh;
     await Deno.writeTextFile(options.json, JSON.stringify(results, null, 2));
     log(`raw results in ${options.json}`);
-    const left = await leftoverNamespaces();
-    if (left.length > 0) results.errors.push(`namespaces left behind: ${left.join(", ")}`);
   }
-  await Deno.writeTextFile(new URL("BENCHMARKS.md", DOCS), renderMarkdown(results));
-  await Deno.writeTextFile(new URL("bench-sync.svg", DOCS), renderSvg(results));
-  console.log(renderTable(results));
+  results!.notes = [...PROFILE_NOTES];
+  await Deno.writeTextFile(new URL("BENCHMARKS.md", DOCS), renderMarkdown(results!));
+  await Deno.writeTextFile(new URL("bench-sync.svg", DOCS), renderSvg(results!));
+  console.log(renderTable(results!));
   console.log("\nwrote docs/BENCHMARKS.md and docs/bench-sync.svg");
 }

@@ -42,7 +42,8 @@ export interface FloorRow {
 /** Reads VmHWM and VmRSS (MiB) of a process. */
 export async function memoryOf(pid: number): Promise<{ peak: number; rss: number }> {
   const status = await Deno.readTextFile(`/proc/${pid}/status`);
-  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
+  const field = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
   return { peak: field("VmHWM") / 1024, rss: field("VmRSS") / 1024 };
 }
 
@@ -55,7 +56,10 @@ async function firstLine<T>(
 ): Promise<T> {
   const lines = stream.pipeThrough(new TextDecoderStream()).getReader();
   const found = Promise.withResolvers<T>();
-  const timer = setTimeout(() => found.reject(new Error(`Timed out waiting for ${what}`)), timeoutMs);
+  const timer = setTimeout(
+    () => found.reject(new Error(`Timed out waiting for ${what}`)),
+    timeoutMs,
+  );
   const tail: string[] = [];
   (async () => {
     let buffer = "";

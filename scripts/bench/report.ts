@@ -165,7 +165,9 @@ function targets(results: BenchResults): Target[] {
 
 /** The plain-text summary printed at the end of a run. */
 export function renderTable(results: BenchResults): string {
-  const lines = ["target                                            goal                  measured"];
+  const lines = [
+    "target                                            goal                  measured",
+  ];
   for (const t of targets(results)) {
     const mark = t.met === undefined ? "  " : t.met ? "ok" : "!!";
     lines.push(`${mark} ${t.name.padEnd(48)} ${t.goal.padEnd(21)} ${t.measured}`);
@@ -501,13 +503,17 @@ export function renderSvg(results: BenchResults): string {
   const out = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="white"/>`,
-    `<text x="${plot.left}" y="22" font-size="14" font-weight="bold">Full sync time vs services (× ${results.endpointsPerService} endpoints), ${results.date.slice(0, 10)}</text>`,
+    `<text x="${plot.left}" y="22" font-size="14" font-weight="bold">Full sync time vs services (× ${results.endpointsPerService} endpoints), ${
+      results.date.slice(0, 10)
+    }</text>`,
   ];
   for (let decade = yMin; decade <= yMax * 1.0001; decade *= 10) {
     const py = y(decade).toFixed(1);
     out.push(
       `<line x1="${plot.left}" y1="${py}" x2="${plot.right}" y2="${py}" stroke="#ddd"/>`,
-      `<text x="${plot.left - 8}" y="${py}" text-anchor="end" dominant-baseline="middle">${decade >= 1 ? decade.toFixed(0) : decade} s</text>`,
+      `<text x="${plot.left - 8}" y="${py}" text-anchor="end" dominant-baseline="middle">${
+        decade >= 1 ? decade.toFixed(0) : decade
+      } s</text>`,
     );
   }
   for (const size of [...new Set(xs)].sort((a, b) => a - b)) {
@@ -520,8 +526,14 @@ export function renderSvg(results: BenchResults): string {
   out.push(
     `<line x1="${plot.left}" y1="${plot.bottom}" x2="${plot.right}" y2="${plot.bottom}" stroke="#333"/>`,
     `<line x1="${plot.left}" y1="${plot.top}" x2="${plot.left}" y2="${plot.bottom}" stroke="#333"/>`,
-    `<text x="${(plot.left + plot.right) / 2}" y="${plot.bottom + 38}" text-anchor="middle">services (log scale)</text>`,
-    `<text x="18" y="${(plot.top + plot.bottom) / 2}" text-anchor="middle" transform="rotate(-90 18 ${(plot.top + plot.bottom) / 2})">seconds (log scale)</text>`,
+    `<text x="${(plot.left + plot.right) / 2}" y="${
+      plot.bottom + 38
+    }" text-anchor="middle">services (log scale)</text>`,
+    `<text x="18" y="${
+      (plot.top + plot.bottom) / 2
+    }" text-anchor="middle" transform="rotate(-90 18 ${
+      (plot.top + plot.bottom) / 2
+    })">seconds (log scale)</text>`,
   );
   series.forEach((s, i) => {
     const path = s.points.map(([px, py]) => `${x(px).toFixed(1)},${y(py).toFixed(1)}`).join(" ");
@@ -531,12 +543,18 @@ export function renderSvg(results: BenchResults): string {
     );
     for (const [px, py] of s.points) {
       out.push(
-        `<circle cx="${x(px).toFixed(1)}" cy="${y(py).toFixed(1)}" r="3.5" fill="${s.color}"><title>${s.label}: ${fmtK(px)} services, ${py.toFixed(2)} s</title></circle>`,
+        `<circle cx="${x(px).toFixed(1)}" cy="${
+          y(py).toFixed(1)
+        }" r="3.5" fill="${s.color}"><title>${s.label}: ${fmtK(px)} services, ${
+          py.toFixed(2)
+        } s</title></circle>`,
       );
     }
     const ly = plot.top + 10 + i * 22;
     out.push(
-      `<line x1="${plot.right + 20}" y1="${ly}" x2="${plot.right + 50}" y2="${ly}" stroke="${s.color}" stroke-width="2"${dash}/>`,
+      `<line x1="${plot.right + 20}" y1="${ly}" x2="${
+        plot.right + 50
+      }" y2="${ly}" stroke="${s.color}" stroke-width="2"${dash}/>`,
       `<text x="${plot.right + 56}" y="${ly}" dominant-baseline="middle">${s.label}</text>`,
     );
   });

@@ -8,7 +8,10 @@
  */
 
 import assert from "node:assert/strict";
+import { renderFull } from "../../backends/nftables/render.ts";
 import { main, type RunningApp } from "../../lib/app.ts";
+import type { Config } from "../../lib/config_types.ts";
+import type { NodePlans } from "../../lib/plan.ts";
 import { type Command, type CommandResult, DenoExecutor, type Executor } from "../../lib/exec.ts";
 import { setupLogging } from "../../lib/log.ts";
 import type { Source, SourceEvent, SourceListener } from "../../lib/source/source.ts";
@@ -622,5 +625,86 @@ export class KproxyProcess {
     const status = await this.child.status;
     await this.#reading;
     return status;
+  }
+}
+
+/** Options for {@linkcode diffTables}. */
+export interface DiffOptions {
+  /** Sets whose extra elements are tolerated (missing ones are still differences). */
+  tolerateExtraIn?: readonly string[];
+}
+
+/**
+ * Human-readable differences between two canonical tables (empty when
+ * equal): chains and sets leaked or missing, rules and elements extra or
+ * missing.
+ */
+export function diffTables(
+  actual: CanonicalTable | undefined,
+  expected: CanonicalTable | undefined,
+  options: DiffOptions = {},
+): string[] {
+  if (actual === undefined || expected === undefined) {
+    return actual === expected ? [] : [`table ${actual ? "unexpected" : "missing"}`];
+  }
+  const differences: string[] = [];
+  const show = (items: string[]) => JSON.stringify(items).slice(0, 400);
+  for (const name of new Set([...Object.keys(actual.chains), ...Object.keys(expected.chains)])) {
+    const a = actual.chains[name];
+    const e = expected.chains[name];
+    if (e === undefined) differences.push(`leaked chain ${name}`);
+    else if (a === undefined) differences.push(`missing chain ${name}`);
+    else if (JSON.stringify(a) !== JSON.stringify(e)) {
+      differences.push(`chain ${name} differs: ${show(a.rules)} vs ${show(e.rules)}`);
+    }
+  }
+  for (const name of new Set([...Object.keys(actual.sets), ...Object.keys(expected.sets)])) {
+    const a = actual.sets[name];
+    const e = expected.sets[name];
+    if (e === undefined) differences.push(`leaked set ${name}`);
+    else if (a === undefined) differences.push(`missing set ${name}`);
+    else if (a.spec !== e.spec) differences.push(`set ${name} differs: ${a.spec} vs ${e.spec}`);
+    else {
+      const extra = a.elements.filter((element) => !e.elements.includes(element));
+      const missing = e.elements.filter((element) => !a.elements.includes(element));
+      if (extra.length > 0 && !options.tolerateExtraIn?.includes(name)) {
+        differences.push(`leaked elements in ${name}: ${show(extra)}`);
+      }
+      if (missing.length > 0) differences.push(`missing elements in ${name}: ${show(missing)}`);
+    }
+  }
+  return differences;
+}
+
+/** Elements of set `name` in `actual` that `expected` lacks. */
+export function extraElements(
+  actual: CanonicalTable | undefined,
+  expected: CanonicalTable | undefined,
+  name: string,
+): string[] {
+  const wanted = new Set(expected?.sets[name]?.elements ?? []);
+  return (actual?.sets[name]?.elements ?? []).filter((element) => !wanted.has(element));
+}
+
+/**
+ * Loads a fresh full render of `plans` into the empty namespace `scratch`
+ * (flushing it first) with the options kproxy's nftables backend derives from
+ * `config`; throws when `nft` refuses it.
+ */
+export async function loadFreshRender(
+  scratch: string,
+  plans: NodePlans,
+  config: Config,
+): Promise<void> {
+  const script = [plans.ipv4, plans.ipv6].map((plan) =>
+    renderFull(plan, {
+      table: "kproxy",
+      masqueradeMark: 1 << config.iptables.masqueradeBit,
+      dropInvalid: !config.conntrack.tcpBeLiberal,
+    }).toString()
+  ).join("");
+  await nftIn(scratch, ["flush", "ruleset"]);
+  if (await nftIn(scratch, ["-f", "-"], script) === undefined) {
+    throw new Error(`Cannot load a fresh render into ${scratch}`);
   }
 }

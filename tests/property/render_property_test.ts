@@ -119,10 +119,28 @@ const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (
     localTraffic: { mode: "None" },
     services: [],
   };
-  const web = servicePort("web");
+  const endpoint = {
+    ip: "10.244.0.5",
+    port: 8080,
+    nodeName: THIS_NODE,
+    zone: "",
+    isLocal: true,
+    ready: true,
+    serving: true,
+    terminating: false,
+  };
+  const traffic = {
+    endpoints: [endpoint],
+    whenEmpty: "reject" as const,
+    reason: "ready endpoints",
+  };
+  const web = servicePort("web", { internal: traffic, external: traffic, localReadyEndpoints: 1 });
   return {
     previous: { ...base, services: [web] },
-    plan: { ...base, services: [servicePort("a", { clusterIPs: ["10.96.0.11"] }), web] },
+    plan: {
+      ...base,
+      services: [servicePort("a", { clusterIPs: ["10.96.0.11"], externalLocal: true }), web],
+    },
     changed: new Set(["default/a:/TCP"]),
   };
 })();
@@ -175,7 +193,7 @@ const NESTED_CIDR_PLANS: Plan[] = [
   },
 ];
 /** Flip once backends/nftables/render.ts (or the planner) collapses nested CIDRs. */
-const NESTED_CIDRS_FIXED = false;
+const NESTED_CIDRS_FIXED = true;
 
 function plansOf(plans: NodePlans): Plan[] {
   return [plans.ipv4, plans.ipv6];

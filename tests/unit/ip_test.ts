@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { cidrContains, formatIP, parseCIDR, parseIP } from "../../lib/ip.ts";
+import { cidrContains, collapseCIDRs, formatIP, parseCIDR, parseIP } from "../../lib/ip.ts";
 
 /** IPv6 addresses with many zero groups (compression cases), IPv4-mapped ones excluded. */
 const v6Bytes = fc.array(
@@ -57,4 +57,18 @@ Deno.test("parseCIDR() network contains exactly the addresses sharing its prefix
       },
     ),
   );
+});
+
+Deno.test("collapseCIDRs() drops duplicates and ranges inside another", () => {
+  const cases: [string[], string[]][] = [
+    [["10.1.0.0/16", "10.0.0.0/8"], ["10.0.0.0/8"]],
+    [["10.0.0.0/8", "10.0.0.0/8"], ["10.0.0.0/8"]],
+    [["fd00:96::/108", "fd00:96::/112"], ["fd00:96::/108"]],
+    [["10.0.0.0/24", "10.0.1.0/24"], ["10.0.0.0/24", "10.0.1.0/24"]],
+    [["0.0.0.0/0", "::/0", "192.0.2.0/24"], ["0.0.0.0/0", "::/0"]],
+    [[], []],
+  ];
+  for (const [input, expected] of cases) {
+    assert.deepEqual(collapseCIDRs(input), expected, input.join(","));
+  }
 });

@@ -1,0 +1,163 @@
+/**
+ * The CI version of the churn soak: `scripts/soak.ts --duration=45s` in its
+ * own process (so its RSS is kproxy's and the soak's alone), which must
+ * exit 0 with every check of its report holding.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  canonicalTable,
+  createFaultTopology,
+  createNamespace,
+  deleteNamespace,
+  diffTables,
+  faultsSkipReason,
+  FaultyExecutor,
+  loadFreshRender,
+  LogCapture,
+  ManualSource,
+  nodeObject,
+  type Pod,
+  serviceObject,
+  sliceObject,
+  startKproxy,
+  Topology,
+  waitFor,
+} from "./harness.ts";
+
+const skipReason = await faultsSkipReason(["nft"]);
+
+const SOAK = new URL("../../scripts/soak.ts", import.meta.url).pathname;
+
+Deno.test({
+  name:
+    "scripts/soak.ts --duration=45s: tables equal a fresh render, no stable request fails, flat memory",
+  ignore: skipReason !== undefined,
+  async fn() {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--allow-all", SOAK, "--duration=45s", "--seed=11"],
+      env: { RUST_BACKTRACE: "0" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stdout = new TextDecoder().decode(output.stdout);
+    const stderr = new TextDecoder().decode(output.stderr);
+    let report: Record<string, any>;
+    try {
+      report = JSON.parse(stdout);
+    } catch {
+      throw new Error(`the soak printed no report (exit ${output.code}):\n${stderr.slice(-4000)}`);
+    }
+    assert.deepEqual(report.problems, [], JSON.stringify(report, null, 2));
+    assert.equal(output.code, 0);
+    assert.ok(report.requests > 100, `only ${report.requests} requests`);
+    assert.ok(report.churnOperations > 100, `only ${report.churnOperations} churn operations`);
+    assert.deepEqual(report.tableMismatches, []);
+    assert.equal(report.planMatchesApiserver, true);
+    assert.ok(report.memory.growth <= 0.2, `RSS grew ${report.memory.growth}`);
+  },
+});
+
+interface Transition {
+  name: string;
+  change(source: ManualSource, pods: Pod[]): void;
+}
+
+const WEB = { name: "web", clusterIP: "10.96.0.10" };
+
+const TRANSITIONS: Transition[] = [
+  {
+    name: "a ClusterIP service with one endpoint",
+    change: (source, [a1]) => {
+      source.upsert(serviceObject(WEB));
+      source.upsert(sliceObject("web", [a1!.ipv4]));
+    },
+  },
+  {
+    name: "ClusterIP to NodePort",
+    change: (source) => source.upsert(serviceObject({ ...WEB, type: "NodePort", nodePort: 30001 })),
+  },
+  {
+    name: "port 80 to 81",
+    change: (source) =>
+      source.upsert(serviceObject({ ...WEB, type: "NodePort", nodePort: 30001, port: 81 })),
+  },
+  {
+    name: "NodePort back to ClusterIP",
+    change: (source) => source.upsert(serviceObject({ ...WEB, port: 81 })),
+  },
+  {
+    name: "no endpoints",
+    change: (source) => source.upsert(sliceObject("web", [])),
+  },
+  {
+    name: "two endpoints",
+    change: (source, [a1, a2]) => source.upsert(sliceObject("web", [a1!.ipv4, a2!.ipv4])),
+  },
+  {
+    name: "an externalIP added",
+    change: (source) =>
+      source.upsert(serviceObject({ ...WEB, port: 81, externalIPs: ["203.0.113.5"] })),
+  },
+  {
+    name: "the service deleted",
+    change: (source) => source.delete(serviceObject(WEB)),
+  },
+];
+
+/**
+ * Why stale hairpin elements are not a failure yet: partial syncs only add to
+ * the `hairpin` set by design (.notes/faults.md, finding 2).
+ */
+const HAIRPIN_PENDING = "nftables partial syncs never delete hairpin elements " +
+  "(renderIncremental, by design until the hourly full sync): .notes/faults.md finding 2";
+
+for (const strictHairpin of [false, true]) {
+  Deno.test({
+    name: strictHairpin
+      ? "main() partial nftables syncs delete the hairpin elements of endpoints gone"
+      : "main() partial nftables syncs leave what a full render makes (stale hairpin tolerated)",
+    ignore: skipReason !== undefined || strictHairpin,
+    sanitizeOps: false,
+    sanitizeResources: false,
+    fn: (t) => checkTransitions(t, strictHairpin),
+  });
+}
+
+async function checkTransitions(t: Deno.TestContext, strictHairpin: boolean): Promise<void> {
+  if (strictHairpin) console.warn(`pending: ${HAIRPIN_PENDING}`);
+  await LogCapture.install(0);
+  const topology = await createFaultTopology("t", { localPods: 2 });
+  const scratch = `kp-f-t${Topology.randomTag()}-scratch`;
+  const source = ManualSource.listed([nodeObject()]);
+  const kproxy = await startKproxy({
+    source,
+    executor: new FaultyExecutor({ namespace: topology.node }),
+  });
+  try {
+    await createNamespace(scratch);
+    await waitFor("the initial sync", () => kproxy.app.proxier.lastSynced !== undefined);
+    for (const transition of TRANSITIONS) {
+      await t.step(transition.name, async () => {
+        const before = kproxy.app.proxier.lastSynced;
+        transition.change(source, topology.localPods);
+        await waitFor("a sync", () => kproxy.app.proxier.lastSynced !== before);
+        await loadFreshRender(scratch, kproxy.app.proxier.lastSynced!, kproxy.app.config);
+        for (const family of ["ip", "ip6"]) {
+          const kernel = await canonicalTable(topology.node, family);
+          const expected = await canonicalTable(scratch, family);
+          const differences = diffTables(kernel, expected, {
+            tolerateExtraIn: strictHairpin ? [] : ["hairpin"],
+          });
+          assert.deepEqual(differences, [], `${family} table`);
+        }
+      });
+    }
+  } finally {
+    await kproxy.stop();
+    await deleteNamespace(scratch);
+    await topology.destroy();
+  }
+}
