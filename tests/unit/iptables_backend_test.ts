@@ -355,7 +355,7 @@ Deno.test({
             full: true,
           });
           const scripts = Number(/in (\d+) scripts/.exec(result.summary ?? "")?.[1]);
-          assert.ok(variant === "nft" ? scripts > 2 : scripts === 1, result.summary);
+          assert.ok(variant === "nft" ? scripts > 2 : scripts === 1, result.summary ?? "");
           // A second full sync must not duplicate the jumps.
           await backend.sync({
             plans: [change.previous],
