@@ -639,7 +639,10 @@ function masqueradeOf(
         reason: `masqueraded unless the source is local (${local}); give --from to decide`,
       };
     case "node":
-      return { answer: "yes", reason: `the node's own address is not local traffic (local means ${local})` };
+      return {
+        answer: "yes",
+        reason: `the node's own address is not local traffic (local means ${local})`,
+      };
     case "pod":
       return { answer: "no", reason: `${ctx.from} is local traffic (${local})` };
     case "remote":
