@@ -99,7 +99,7 @@ function arrayField(parent: Json, key: string, field: string): unknown[] {
   const value = parent[key];
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value)) fail(field, value, "is not a list");
-  return value;
+  return Array.from(value); // holes become undefined, which every validator rejects
 }
 
 function stringField(parent: Json, key: string, field: string): string {

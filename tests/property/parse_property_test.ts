@@ -315,7 +315,6 @@ Deno.test("parseService() normalises IPv6 and CIDR spellings to one canonical te
 // Service.externalIPs. Unignore once parse.ts iterates with for..of.
 Deno.test({
   name: "parse*() never throw on sparse lists and never yield undefined entries",
-  ignore: true,
   fn() {
     // deno-lint-ignore no-sparse-arrays
     const sparse = [, "1.2.3.4/32"];
