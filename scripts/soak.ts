@@ -10,7 +10,8 @@
  * - the final plan equals a plan made from a fresh list of the apiserver;
  * - no request to a stable service failed;
  * - memory is flat: after warm-up, the average RSS of the last quarter is
- *   within 20% of the first quarter's.
+ *   within 20% of the first quarter's (and so is the heap in use, when run
+ *   with `--v8-flags=--expose-gc`, which collects garbage before each sample).
  *
  * It needs root, `ip`, `nft` and `python3`; it exits 0 when every check
  * holds, 1 when one fails and 2 on bad flags.
@@ -85,6 +86,8 @@ export interface SoakReport {
     /** RSS in MB, one sample every 10 s. */
     trendMB: number[];
   };
+  /** The same for the V8 heap in use, sampled after a full GC when `--expose-gc` is given. */
+  heap: SoakReport["memory"] & { afterGC: boolean };
   syncFailures: number;
   problems: string[];
 }
@@ -112,6 +115,20 @@ function random(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** How long kproxy may take to stop once aborted. */
+const STOP_TIMEOUT_MS = 20_000;
+
+/** Whether `promise` settles within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function average(values: number[]): number {
@@ -226,6 +243,8 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
   let kproxy: RunningKproxy | undefined;
   let traffic: TrafficLoop | undefined;
   const rss: number[] = [];
+  const heap: number[] = [];
+  const collectGarbage = (globalThis as { gc?: () => void }).gc;
   try {
     const pods = topology.localPods;
     server.upsert("nodes", nodeObject());
@@ -260,7 +279,10 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
       churn.step();
       const now = Date.now();
       if (now - lastSample >= 1000) {
-        rss.push(Deno.memoryUsage().rss);
+        collectGarbage?.();
+        const usage = Deno.memoryUsage();
+        rss.push(usage.rss);
+        heap.push(usage.heapUsed);
         lastSample = now;
       }
       if (now - lastCompact >= 15_000) {
@@ -326,11 +348,27 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
         `RSS grew ${Math.round(memory.growth * 100)}% from the first to the last quarter`,
       );
     }
+    const heapMemory = memoryTrend(heap);
+    if (collectGarbage && heapMemory.growth > 0.2) {
+      problems.push(
+        `the heap after GC grew ${
+          Math.round(heapMemory.growth * 100)
+        }% from the first to the last quarter`,
+      );
+    }
     const metrics = await running.metricsText();
     const syncFailures = Number(
       metrics.match(/^kproxy_sync_failures_total\{mode="nftables"\} (\d+)/m)?.[1] ?? "0",
     );
     if (syncFailures > 0) problems.push(`${syncFailures} syncs failed`);
+    log("soak: stopping kproxy");
+    const stopped = await settlesWithin(running.stop(), STOP_TIMEOUT_MS);
+    if (!stopped) {
+      problems.push(
+        `kproxy did not stop within ${STOP_TIMEOUT_MS} ms of its abort ` +
+          `(${server.openWatches()} watches still open)`,
+      );
+    }
     const errors = logs.matching(/^[EF]\d{4} /);
     if (errors.length > 0) problems.push(`${errors.length} error lines logged: ${errors[0]}`);
     return {
@@ -343,13 +381,17 @@ export async function runSoak(options: SoakOptions = {}): Promise<SoakReport> {
       staleElements,
       planMatchesApiserver,
       memory,
+      heap: { ...heapMemory, afterGC: collectGarbage !== undefined },
       syncFailures,
       problems,
     };
   } finally {
+    log("soak: cleaning up");
     await traffic?.stop();
-    await kproxy?.stop();
-    await server.stop();
+    if (kproxy && !await settlesWithin(kproxy.stop(), STOP_TIMEOUT_MS)) {
+      log("soak: kproxy did not stop; leaving it");
+    }
+    await settlesWithin(server.stop(), 10_000);
     await Deno.remove(kubeconfig).catch(() => undefined);
     await deleteNamespace(scratch);
     await topology.destroy();

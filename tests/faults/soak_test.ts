@@ -36,12 +36,26 @@ Deno.test({
     "scripts/soak.ts --duration=45s: tables equal a fresh render, no stable request fails, flat memory",
   ignore: skipReason !== undefined,
   async fn() {
-    const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-all", SOAK, "--duration=45s", "--seed=11"],
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-all",
+        "--v8-flags=--expose-gc",
+        SOAK,
+        "--duration=45s",
+        "--seed=11",
+      ],
       env: { RUST_BACKTRACE: "0" },
       stdout: "piped",
       stderr: "piped",
-    }).output();
+    }).spawn();
+    // SIGINT first: the soak's topology deletes its namespaces on SIGINT.
+    const interrupt = setTimeout(() => child.kill("SIGINT"), 150_000);
+    const kill = setTimeout(() => child.kill("SIGKILL"), 160_000);
+    const output = await child.output().finally(() => {
+      clearTimeout(interrupt);
+      clearTimeout(kill);
+    });
     const stdout = new TextDecoder().decode(output.stdout);
     const stderr = new TextDecoder().decode(output.stderr);
     let report: Record<string, any>;
@@ -57,6 +71,8 @@ Deno.test({
     assert.deepEqual(report.tableMismatches, []);
     assert.equal(report.planMatchesApiserver, true);
     assert.ok(report.memory.growth <= 0.2, `RSS grew ${report.memory.growth}`);
+    assert.equal(report.heap.afterGC, true);
+    assert.ok(report.heap.growth <= 0.2, `the heap grew ${report.heap.growth}`);
   },
 });
 
