@@ -817,15 +817,23 @@ export function renderIncremental(
   for (const ip of newClusterIPs) {
     if (!oldClusterIPs.has(ip)) tx.add(new Element({ set: "cluster-ips", key: [ip] }));
   }
-  // Hairpin entries are only added here: a stale `ip . ip` entry only ever
-  // matches a DNATed packet sent back to its own source, which is a hairpin
-  // anyway. Full syncs rebuild the set.
+  // Hairpin entries: add new endpoint IPs; delete those of endpoints gone,
+  // unless an unchanged service port still uses the IP (checked only when
+  // some endpoint went away).
   const oldEndpointIPs = new Set(oldObjects.flatMap((o) => o.endpointIPs));
-  for (const objects of newObjects.values()) {
-    for (const ip of objects.endpointIPs) {
-      if (!oldEndpointIPs.has(ip)) tx.add(new Element({ set: "hairpin", key: [ip, ip] }));
+  const newEndpointIPs = new Set([...newObjects.values()].flatMap((o) => o.endpointIPs));
+  for (const ip of newEndpointIPs) {
+    if (!oldEndpointIPs.has(ip)) tx.add(new Element({ set: "hairpin", key: [ip, ip] }));
+  }
+  const goneEndpointIPs = new Set([...oldEndpointIPs].filter((ip) => !newEndpointIPs.has(ip)));
+  for (const service of plan.services) {
+    if (goneEndpointIPs.size === 0) break;
+    if (changed.has(service.id)) continue;
+    for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
+      goneEndpointIPs.delete(endpoint.ip); // plan IPs are canonical (lib/parse.ts)
     }
   }
+  for (const ip of goneEndpointIPs) tx.delete(new Element({ set: "hairpin", key: [ip, ip] }));
 
   // 6. Plan-wide address sets.
   diffAddressSet(tx, ctx, "nodeport-ips", previous.nodePortAddresses, plan.nodePortAddresses);

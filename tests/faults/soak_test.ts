@@ -123,27 +123,15 @@ const TRANSITIONS: Transition[] = [
   },
 ];
 
-/**
- * Why stale hairpin elements are not a failure yet: partial syncs only add to
- * the `hairpin` set by design (.notes/faults.md, finding 2).
- */
-const HAIRPIN_PENDING = "nftables partial syncs never delete hairpin elements " +
-  "(renderIncremental, by design until the hourly full sync): .notes/faults.md finding 2";
-
-for (const strictHairpin of [false, true]) {
-  Deno.test({
-    name: strictHairpin
-      ? "main() partial nftables syncs delete the hairpin elements of endpoints gone"
-      : "main() partial nftables syncs leave what a full render makes (stale hairpin tolerated)",
-    ignore: skipReason !== undefined || strictHairpin,
-    sanitizeOps: false,
-    sanitizeResources: false,
-    fn: (t) => checkTransitions(t, strictHairpin),
-  });
-}
+Deno.test({
+  name: "main() partial nftables syncs leave exactly what a full render makes, hairpin included",
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: (t) => checkTransitions(t, true),
+});
 
 async function checkTransitions(t: Deno.TestContext, strictHairpin: boolean): Promise<void> {
-  if (strictHairpin) console.warn(`pending: ${HAIRPIN_PENDING}`);
   await LogCapture.install(0);
   const topology = await createFaultTopology("t", { localPods: 2 });
   const scratch = `kp-f-t${Topology.randomTag()}-scratch`;
