@@ -13,6 +13,7 @@
 import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
 import type { Config, DetectLocalMode, ProxyMode, SyncPeriods } from "./config_types.ts";
+import { IPVS_SCHEDULERS } from "./config_types.ts";
 import { parseCIDR, parseIP } from "./ip.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
@@ -66,21 +67,6 @@ export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = Object.f
   ServiceInternalTrafficPolicy: true,
   KubeProxyDrainingTerminatingNodes: true,
 });
-
-/** IPVS schedulers accepted by `--ipvs-scheduler`. */
-export const IPVS_SCHEDULERS: readonly string[] = Object.freeze([
-  "rr",
-  "wrr",
-  "lc",
-  "wlc",
-  "lblc",
-  "lblcr",
-  "sh",
-  "dh",
-  "sed",
-  "nq",
-  "mh",
-]);
 
 const PROXY_MODES: readonly ProxyMode[] = ["nftables", "iptables", "ipvs", "kernelspace"];
 const DETECT_LOCAL_MODES: readonly DetectLocalMode[] = [

@@ -9,6 +9,21 @@
 /** A `--proxy-mode` value. */
 export type ProxyMode = "nftables" | "iptables" | "ipvs" | "kernelspace";
 
+/** The IPVS schedulers kube-proxy accepts (`--ipvs-scheduler`, `ipvs.scheduler`). */
+export const IPVS_SCHEDULERS: readonly string[] = Object.freeze([
+  "rr",
+  "wrr",
+  "lc",
+  "wlc",
+  "lblc",
+  "lblcr",
+  "sh",
+  "dh",
+  "sed",
+  "nq",
+  "mh",
+]);
+
 /** A `--detect-local-mode` value ("" means none). */
 export type DetectLocalMode =
   | ""

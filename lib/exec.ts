@@ -90,53 +90,62 @@ export class DenoExecutor implements Executor {
         `Cannot run "${command.program}": not in the allowed programs`,
       );
     }
-    const timeoutMs = command.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    let child: Deno.ChildProcess;
+    return await spawnCommand(command);
+  }
+}
+
+/**
+ * Spawns a command with `Deno.Command` without any allow-list: the part of
+ * {@linkcode DenoExecutor} that test and demo set-up reuses. A missing binary
+ * or a timeout throws {@linkcode CommandError}; a non-zero exit is a result.
+ */
+export async function spawnCommand(command: Command): Promise<CommandResult> {
+  const timeoutMs = command.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(command.program, {
+      args: command.args,
+      stdin: command.stdin === undefined ? "null" : "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound
+      ? "program not found in PATH"
+      : error instanceof Error
+      ? error.message
+      : String(error);
+    throw new CommandError(command, undefined, `Cannot run "${command.program}": ${reason}`);
+  }
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
     try {
-      child = new Deno.Command(command.program, {
-        args: command.args,
-        stdin: command.stdin === undefined ? "null" : "piped",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-    } catch (error) {
-      const reason = error instanceof Deno.errors.NotFound
-        ? "program not found in PATH"
-        : error instanceof Error
-        ? error.message
-        : String(error);
-      throw new CommandError(command, undefined, `Cannot run "${command.program}": ${reason}`);
+      child.kill("SIGKILL");
+    } catch {
+      // Already exited.
     }
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // Already exited.
-      }
-    }, timeoutMs);
-    try {
-      if (command.stdin !== undefined) {
-        await writeAll(child.stdin, command.stdin);
-      }
-      const output = await child.output();
-      const result: CommandResult = {
-        code: output.code,
-        stdout: new TextDecoder().decode(output.stdout),
-        stderr: new TextDecoder().decode(output.stderr),
-      };
-      if (timedOut) {
-        throw new CommandError(
-          command,
-          result,
-          `Cannot run "${describeCommand(command)}": killed after ${timeoutMs} ms timeout`,
-        );
-      }
-      return result;
-    } finally {
-      clearTimeout(timer);
+  }, timeoutMs);
+  try {
+    if (command.stdin !== undefined) {
+      await writeAll(child.stdin, command.stdin);
     }
+    const output = await child.output();
+    const result: CommandResult = {
+      code: output.code,
+      stdout: new TextDecoder().decode(output.stdout),
+      stderr: new TextDecoder().decode(output.stderr),
+    };
+    if (timedOut) {
+      throw new CommandError(
+        command,
+        result,
+        `Cannot run "${describeCommand(command)}": killed after ${timeoutMs} ms timeout`,
+      );
+    }
+    return result;
+  } finally {
+    clearTimeout(timer);
   }
 }
 

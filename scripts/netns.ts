@@ -21,7 +21,7 @@
  */
 
 import type { Command, CommandResult, Executor } from "../lib/exec.ts";
-import { CommandError, describeCommand, runChecked } from "../lib/exec.ts";
+import { runChecked, spawnCommand } from "../lib/exec.ts";
 
 /** Runs every command inside one network namespace through `ip netns exec`. */
 export class NetnsExecutor implements Executor {
@@ -52,59 +52,8 @@ export class NetnsExecutor implements Executor {
 /** Runs any program on the host with `Deno.Command`; only for test and demo setup. */
 export class HostExecutor implements Executor {
   /** Runs one command; a missing program or a timeout throws {@linkcode CommandError}. */
-  async run(command: Command): Promise<CommandResult> {
-    let child: Deno.ChildProcess;
-    try {
-      child = new Deno.Command(command.program, {
-        args: command.args,
-        stdin: command.stdin === undefined ? "null" : "piped",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-    } catch (error) {
-      throw new CommandError(
-        command,
-        undefined,
-        `Cannot run "${command.program}": ${error instanceof Error ? error.message : error}`,
-      );
-    }
-    const timeoutMs = command.timeoutMs ?? 60_000;
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // Already exited.
-      }
-    }, timeoutMs);
-    try {
-      if (command.stdin !== undefined) {
-        const writer = child.stdin.getWriter();
-        try {
-          await writer.write(new TextEncoder().encode(command.stdin));
-          await writer.close();
-        } catch {
-          // The program exited before reading stdin; its status says why.
-        }
-      }
-      const output = await child.output();
-      const result = {
-        code: output.code,
-        stdout: new TextDecoder().decode(output.stdout),
-        stderr: new TextDecoder().decode(output.stderr),
-      };
-      if (timedOut) {
-        throw new CommandError(
-          command,
-          result,
-          `Cannot run "${describeCommand(command)}": killed after ${timeoutMs} ms`,
-        );
-      }
-      return result;
-    } finally {
-      clearTimeout(timer);
-    }
+  run(command: Command): Promise<CommandResult> {
+    return spawnCommand(command);
   }
 }
 

@@ -10,21 +10,9 @@
 import { isIP } from "node:net";
 import type { IpFamily, Protocol } from "../../lib/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { IPVS_SCHEDULERS } from "../../lib/config_types.ts";
 
-/** The IPVS schedulers kube-proxy accepts (`ipvs.scheduler`). */
-export const IPVS_SCHEDULERS: readonly string[] = Object.freeze([
-  "rr",
-  "wrr",
-  "lc",
-  "wlc",
-  "lblc",
-  "lblcr",
-  "sh",
-  "dh",
-  "sed",
-  "nq",
-  "mh",
-]);
+export { IPVS_SCHEDULERS } from "../../lib/config_types.ts";
 
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
