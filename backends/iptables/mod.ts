@@ -32,6 +32,7 @@ import {
 } from "./detect.ts";
 import {
   type IptablesRenderOptions,
+  isLargeCluster,
   parseSavedChains,
   renderCleanup,
   renderFull,
@@ -117,7 +118,9 @@ class IptablesBackend implements Backend {
       const programs = iptablesPrograms(variant, plan.family);
       const previous = this.#applied.get(plan.family);
       this.#applied.delete(plan.family);
-      const rewriteAll = request.full || !previous;
+      // Entering or leaving large cluster mode changes the rules of every service.
+      const rewriteAll = request.full || !previous ||
+        isLargeCluster(previous) !== isLargeCluster(plan);
       const applied = rewriteAll
         ? await this.#syncFull(plan, programs)
         : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);

@@ -52,6 +52,24 @@ export interface TopLevelChains {
 }
 
 const DEFAULT_MASQUERADE_BIT = 14;
+
+/**
+ * Above this many endpoints kube-proxy drops the comments of endpoint rules
+ * (its "large cluster mode"): they are most of the ruleset's size, and at 30k
+ * services × 10 endpoints they push iptables-legacy's nat table past the
+ * kernel's 512 MiB limit for one table.
+ */
+export const LARGE_CLUSTER_ENDPOINTS = 1000;
+
+/** Whether `plan` has more endpoints than {@linkcode LARGE_CLUSTER_ENDPOINTS}. */
+export function isLargeCluster(plan: Plan): boolean {
+  let endpoints = 0;
+  for (const service of plan.services) {
+    endpoints += Math.max(service.internal.endpoints.length, service.external.endpoints.length);
+    if (endpoints > LARGE_CLUSTER_ENDPOINTS) return true;
+  }
+  return false;
+}
 const NODE_PORTS_COMMENT =
   "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
 
@@ -327,9 +345,18 @@ function addServiceEntryRules(
   }
 }
 
-/** Renders the nat chains of one service port: KUBE-SVC/SVL, KUBE-EXT, KUBE-FW and KUBE-SEP. */
-export function renderServiceChains(service: ServicePortPlan, plan: Plan): ChainRules {
+/**
+ * Renders the nat chains of one service port: KUBE-SVC/SVL, KUBE-EXT, KUBE-FW
+ * and KUBE-SEP. With `largeCluster` (see {@linkcode isLargeCluster}) the
+ * endpoint rules carry no comment, as kube-proxy's.
+ */
+export function renderServiceChains(
+  service: ServicePortPlan,
+  plan: Plan,
+  largeCluster = false,
+): ChainRules {
   const layout = serviceLayout(service);
+  const endpointComment = largeCluster ? () => [] : comment;
   const chains: ChainRules = new Map();
   if (!layout.hasEndpoints) return chains;
   const name = layout.portName;
@@ -433,7 +460,7 @@ export function renderServiceChains(service: ServicePortPlan, plan: Plan): Chain
       for (const endpoint of endpoints) {
         const sep = sepName(endpoint);
         rules.push([
-          ...comment(`${name} -> ${endpointString(endpoint)}`),
+          ...endpointComment(`${name} -> ${endpointString(endpoint)}`),
           "-m",
           "recent",
           "--name",
@@ -452,7 +479,7 @@ export function renderServiceChains(service: ServicePortPlan, plan: Plan): Chain
         ? ["-m", "statistic", "--mode", "random", "--probability", probability(i, endpoints.length)]
         : [];
       rules.push([
-        ...comment(`${name} -> ${endpointString(endpoint)}`),
+        ...endpointComment(`${name} -> ${endpointString(endpoint)}`),
         ...statistic,
         "-j",
         sepName(endpoint),
@@ -467,9 +494,9 @@ export function renderServiceChains(service: ServicePortPlan, plan: Plan): Chain
       ? ["-m", "recent", "--name", sep, "--set"]
       : [];
     chains.set(sep, [
-      [...comment(name), "-s", endpoint.ip, "-j", Chains.markMasq],
+      [...endpointComment(name), "-s", endpoint.ip, "-j", Chains.markMasq],
       [
-        ...comment(name),
+        ...endpointComment(name),
         ...affinity,
         "-m",
         layout.protocol,
@@ -544,8 +571,9 @@ export function renderFullInChunks(
     scripts.push(script);
     chunk = new Map();
   };
+  const largeCluster = isLargeCluster(plan);
   for (const service of plan.services) {
-    const chains = renderServiceChains(service, plan);
+    const chains = renderServiceChains(service, plan, largeCluster);
     if (chunk.size > 0 && chunk.size + chains.size > options.maxChainsPerChunk) flush();
     for (const [chain, rules] of chains) {
       chunk.set(chain, rules);
@@ -623,11 +651,17 @@ export function renderPartial(
   const newServices = new Map(next.services.map((service) => [service.id, service]));
   const oldChains: ChainRules = new Map();
   const newChains: ChainRules = new Map();
+  const wasLarge = isLargeCluster(previous);
+  const isLarge = isLargeCluster(next);
   for (const id of [...change.changed].sort()) {
     const before = oldServices.get(id);
     const after = newServices.get(id);
-    if (before) { for (const [c, r] of renderServiceChains(before, previous)) oldChains.set(c, r); }
-    if (after) { for (const [c, r] of renderServiceChains(after, next)) newChains.set(c, r); }
+    if (before) {
+      for (const [c, r] of renderServiceChains(before, previous, wasLarge)) oldChains.set(c, r);
+    }
+    if (after) {
+      for (const [c, r] of renderServiceChains(after, next, isLarge)) newChains.set(c, r);
+    }
   }
   writeChangedChains(script, "filter", oldTop.filter, newTop.filter);
   writeChangedChains(script, "nat", oldTop.nat, newTop.nat);

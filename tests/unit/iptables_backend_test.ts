@@ -5,7 +5,7 @@ import { defaultConfig } from "../../lib/config.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { type Command, FakeExecutor } from "../../lib/exec.ts";
 import { emptyPlan } from "../../lib/plan.ts";
-import { GOLDEN_CASES, PARTIAL_CASES } from "../golden/iptables/fixtures.ts";
+import { GOLDEN_CASES, PARTIAL_CASES, uniformCluster } from "../golden/iptables/fixtures.ts";
 
 function config(iptables: Partial<Config["iptables"]> = {}): Config {
   const base = defaultConfig("node-a");
@@ -47,6 +47,26 @@ Deno.test("createIptablesBackend() first sync detects the variant, restores full
     ),
   );
   assert.equal(executor.calls.filter((call) => call.args.includes("-C")).length, 0);
+});
+
+Deno.test("createIptablesBackend() syncs fully when the cluster enters large cluster mode", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+  });
+  const small = uniformCluster(100, 10);
+  const large = uniformCluster(101, 10);
+  await backend.sync({ plans: [small], previous: [], changed: new Set(), full: true });
+  const result = await backend.sync({
+    plans: [large],
+    previous: [small],
+    changed: new Set([large.services.at(-1)!.id]),
+    full: false,
+  });
+  assert.equal(result.full, true);
+  assert.doesNotMatch(restores(executor.calls).at(-1)?.stdin ?? "", /-A KUBE-SEP-\S+ -m comment/);
 });
 
 Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import {
+  isLargeCluster,
+  LARGE_CLUSTER_ENDPOINTS,
   masqueradeMark,
   parseSavedChains,
   probability,
@@ -12,7 +14,14 @@ import { endpointChainName, serviceChainNames } from "../../backends/iptables/na
 import { chooseVariant, summarizeSave } from "../../backends/iptables/detect.ts";
 import { IptablesRestoreScript } from "../../backends/iptables/script.ts";
 import type { ServicePortPlan } from "../../lib/plan.ts";
-import { endpoint, GOLDEN_CASES, plan, servicePort, traffic } from "../golden/iptables/fixtures.ts";
+import {
+  endpoint,
+  GOLDEN_CASES,
+  plan,
+  servicePort,
+  traffic,
+  uniformCluster,
+} from "../golden/iptables/fixtures.ts";
 
 function named(namespace: string, name: string, portName: string, protocol: "TCP" | "UDP") {
   return servicePort({ namespace, name, portName, protocol });
@@ -180,6 +189,35 @@ Deno.test("renderPartial() rewrites KUBE-SERVICES when a service is added or rem
   const remove = renderPartial({ previous: added, next: before, changed: new Set([id]) });
   assert.ok(remove.chainNames("nat").includes("KUBE-SERVICES"));
   assert.equal(remove.deletedChains("nat").length, 3);
+});
+
+Deno.test("renderFull() drops endpoint rule comments above 1000 endpoints, like kube-proxy", () => {
+  const cases: [number, number, boolean][] = [
+    [1, 10, false],
+    [100, 10, false],
+    [101, 10, true],
+    [2, LARGE_CLUSTER_ENDPOINTS / 2 + 1, true],
+  ];
+  for (const [services, endpointsEach, large] of cases) {
+    const cluster = uniformCluster(services, endpointsEach);
+    assert.equal(isLargeCluster(cluster), large, `${services} × ${endpointsEach}`);
+    const lines = renderFull(cluster).toString().split("\n");
+    const sepRules = lines.filter((line) => line.startsWith("-A KUBE-SEP-"));
+    const toSep = lines.filter((line) => /^-A KUBE-SVC-.* -j KUBE-SEP-/.test(line));
+    const commented = [...sepRules, ...toSep].filter((line) => line.includes("--comment"));
+    assert.equal(commented.length, large ? 0 : sepRules.length + toSep.length);
+    assert.ok(lines.some((line) => line.includes('cluster IP"')), "service rules keep comments");
+  }
+});
+
+Deno.test("renderPartial() renders each side in its own cluster mode", () => {
+  const small = uniformCluster(100, 10);
+  const large = uniformCluster(101, 10);
+  const id = large.services.at(-1)!.id;
+  const script = renderPartial({ previous: small, next: large, changed: new Set([id]) });
+  const sepRules = script.toString().split("\n").filter((l) => l.startsWith("-A KUBE-SEP-"));
+  assert.equal(sepRules.length, 20);
+  assert.ok(sepRules.every((line) => !line.includes("--comment")));
 });
 
 Deno.test("renderPartial() is empty when nothing changed", () => {

@@ -76,6 +76,22 @@ const remote = [endpoint("10.244.1.5", 8080), endpoint("10.244.2.7", 8080)];
 const all = [local[0]!, ...remote].sort((a, b) => a.ip < b.ip ? -1 : 1);
 
 /** One named plan per service kind the golden tests cover. */
+/** `services` ClusterIP service ports with `endpointsEach` remote endpoints each. */
+export function uniformCluster(services: number, endpointsEach: number): Plan {
+  return plan(Array.from({ length: services }, (_, i) => {
+    const endpoints = Array.from(
+      { length: endpointsEach },
+      (_, j) => endpoint(`10.244.${i}.${j + 1}`, 8080),
+    );
+    return servicePort({
+      name: `svc-${i}`,
+      clusterIPs: [`10.96.1.${i + 1}`],
+      internal: traffic(endpoints),
+      external: traffic(endpoints),
+    });
+  }));
+}
+
 export const GOLDEN_CASES: Record<string, Plan> = {
   clusterip: plan([servicePort({ name: "web" })]),
   nodeport: plan([servicePort({ name: "web", nodePort: 30080 })]),
