@@ -1,7 +1,8 @@
 /**
  * The iptables baseline: the ruleset upstream kube-proxy's iptables mode
  * writes for ClusterIP services (KUBE-SERVICES → KUBE-SVC-* with `statistic`
- * rules → KUBE-SEP-* with DNAT), loaded by `iptables-{nft,legacy}-restore`
+ * rules → KUBE-SEP-* with DNAT; endpoint rules without comments above 1000
+ * endpoints, as its large cluster mode), loaded by `iptables-{nft,legacy}-restore`
  * in a throwaway `kp-b-*` namespace. It stands beside kproxy's iptables rows
  * when the iptables module does not report a baseline of its own.
  *
@@ -24,11 +25,15 @@ export function upstreamIptablesScript(plan: Plan): string {
     "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000",
     "-A KUBE-POSTROUTING -j MASQUERADE --random-fully",
   ];
+  // kube-proxy's large cluster mode: no comments on endpoint rules above 1000 endpoints.
+  const endpointCount = plan.services.reduce((n, s) => n + s.internal.endpoints.length, 0);
+  const large = endpointCount > 1000;
   plan.services.forEach((service, i) => {
     const svc = `KUBE-SVC-${i.toString(36).toUpperCase().padStart(16, "0")}`;
     const ip = service.clusterIPs[0]!;
     const comment =
       `-m comment --comment "${service.namespace}/${service.name}:${service.portName}"`;
+    const endpointComment = large ? "" : ` ${comment}`;
     chains.push(`:${svc} - [0:0]`);
     rules.push(
       `-A KUBE-SERVICES ${comment} -m tcp -p tcp -d ${ip} --dport ${service.port} -j ${svc}`,
@@ -44,10 +49,10 @@ export function upstreamIptablesScript(plan: Plan): string {
       const pick = left > 1
         ? ` -m statistic --mode random --probability ${(1 / left).toFixed(10)}`
         : "";
-      rules.push(`-A ${svc} ${comment}${pick} -j ${sep}`);
-      rules.push(`-A ${sep} ${comment} -s ${endpoint.ip}/32 -j KUBE-MARK-MASQ`);
+      rules.push(`-A ${svc}${endpointComment}${pick} -j ${sep}`);
+      rules.push(`-A ${sep}${endpointComment} -s ${endpoint.ip}/32 -j KUBE-MARK-MASQ`);
       rules.push(
-        `-A ${sep} ${comment} -m tcp -p tcp -j DNAT --to-destination ${endpoint.ip}:${endpoint.port}`,
+        `-A ${sep}${endpointComment} -m tcp -p tcp -j DNAT --to-destination ${endpoint.ip}:${endpoint.port}`,
       );
     });
   });

@@ -15,7 +15,7 @@ import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Plan, PlanEndpoint } from "../../lib/plan.ts";
 import { NetnsExecutor, Topology } from "../netns.ts";
-import { benchPlan } from "./nftables.ts";
+import { benchPlan } from "./plan.ts";
 
 /** Connect latency to one service. */
 export interface DatapathRow {

@@ -14,7 +14,7 @@ import { createIptablesBackend } from "../../backends/iptables/mod.ts";
 import { renderFull } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { benchPlan } from "./plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
@@ -44,65 +44,6 @@ export interface BenchIptablesOptions {
   nftChainsPerRestore?: number;
 }
 
-function endpoint(index: number, port: number): PlanEndpoint {
-  return {
-    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
-    port,
-    nodeName: "node-b",
-    zone: "",
-    isLocal: false,
-    ready: true,
-    serving: true,
-    terminating: false,
-  };
-}
-
-function service(index: number, endpoints: PlanEndpoint[]): ServicePortPlan {
-  const name = `svc-${String(index).padStart(6, "0")}`;
-  const traffic = { endpoints, whenEmpty: "reject" as const, reason: "bench" };
-  return {
-    id: `bench/${name}:http/TCP`,
-    namespace: "bench",
-    name,
-    portName: "http",
-    protocol: "TCP",
-    port: 80,
-    clusterIPs: [`10.96.${(index >> 8) & 255}.${index & 255}`],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
-    internal: traffic,
-    external: traffic,
-    externalLocal: false,
-    localReadyEndpoints: 0,
-  };
-}
-
-/** A plan of `count` ClusterIP services with `perService` remote endpoints each. */
-export function benchPlan(count: number, perService: number, shift = -1): Plan {
-  const services: ServicePortPlan[] = [];
-  for (let i = 0; i < count; i++) {
-    const endpoints: PlanEndpoint[] = [];
-    for (let j = 0; j < perService; j++) {
-      endpoints.push(endpoint(i * perService + j + (i === shift && j === 0 ? 1 << 20 : 0), 8080));
-    }
-    endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
-    services.push(service(i, endpoints));
-  }
-  return {
-    family: "IPv4",
-    nodeName: "node-a",
-    nodePortAddresses: ["192.168.0.10"],
-    serviceCIDRs: ["10.96.0.0/16"],
-    localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
-    services,
-  };
-}
-
 /**
  * Measures full and one-change partial syncs of the iptables backend at each
  * size, per variant, inside a fresh network namespace each time. Needs root.
@@ -114,7 +55,7 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
     for (const size of options.sizes) {
       const plan = benchPlan(size, options.endpointsPerService);
       const middle = Math.floor(size / 2);
-      const next = benchPlan(size, options.endpointsPerService, middle);
+      const next = benchPlan(size, options.endpointsPerService, { shift: middle });
       const renderStart = performance.now();
       const rules = renderFull(plan).ruleCount;
       const renderMs = performance.now() - renderStart;

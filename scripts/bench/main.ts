@@ -15,7 +15,8 @@
 
 import { parseArgs } from "node:util";
 import { benchIptables } from "./iptables.ts";
-import { benchNftables, benchPlan } from "./nftables.ts";
+import { benchNftables } from "./nftables.ts";
+import { benchPlan } from "./plan.ts";
 import { loadIptablesBaseline } from "./baseline.ts";
 import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";

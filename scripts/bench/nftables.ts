@@ -16,7 +16,8 @@
 import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import { renderFull } from "../../backends/nftables/render.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { Plan } from "../../lib/plan.ts";
+import { benchPlan } from "./plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a layout at one size. */
@@ -33,7 +34,16 @@ export interface BenchRow {
   fullMs: number;
   /** Sync after one endpoint of one service changed; NaN when not measured. */
   partialMs: number;
+  /**
+   * The smallest transaction on the loaded table (flush the one-element
+   * canary set, add an element): what `nft` costs before any rule changes.
+   * NaN when not measured.
+   */
+  floorMs: number;
 }
+
+/** The smallest useful `nft -f` input against kproxy's table: the canary set only. */
+export const FLOOR_TRANSACTION = "flush set ip kproxy canary\nadd element ip kproxy canary { 1 }\n";
 
 /** Options of {@linkcode benchNftables}. */
 export interface BenchNftablesOptions {
@@ -42,74 +52,6 @@ export interface BenchNftablesOptions {
   endpointsPerService: number;
   /** Largest size at which the (quadratic) upstream-style baseline is loaded. @default {3000} */
   baselineMaxServices?: number;
-}
-
-function endpoint(index: number): PlanEndpoint {
-  return {
-    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
-    port: 8080,
-    nodeName: "node-b",
-    zone: "",
-    isLocal: false,
-    ready: true,
-    serving: true,
-    terminating: false,
-  };
-}
-
-function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): ServicePortPlan {
-  const name = `svc-${String(index).padStart(6, "0")}`;
-  const traffic = { endpoints, whenEmpty: "reject" as const, reason: "bench" };
-  return {
-    id: `bench/${name}:http/TCP`,
-    namespace: "bench",
-    name,
-    portName: "http",
-    protocol: "TCP",
-    port: 80,
-    clusterIPs: [`10.${96 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: affinity ? 10800 : 0,
-    clusterIPMasquerade: "non-local",
-    internal: traffic,
-    external: traffic,
-    externalLocal: false,
-    localReadyEndpoints: 0,
-  };
-}
-
-/**
- * A plan of `count` ClusterIP services with `perService` remote endpoints;
- * every `affinityEvery`-th service has session affinity; service `shift` has
- * its first endpoint replaced (for the one-change sync).
- */
-export function benchPlan(
-  count: number,
-  perService: number,
-  options: { shift?: number; affinityEvery?: number } = {},
-): Plan {
-  const services: ServicePortPlan[] = [];
-  for (let i = 0; i < count; i++) {
-    const endpoints: PlanEndpoint[] = [];
-    for (let j = 0; j < perService; j++) {
-      endpoints.push(endpoint(i * perService + j + (i === options.shift && j === 0 ? 1 << 22 : 0)));
-    }
-    endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
-    const every = options.affinityEvery ?? 0;
-    services.push(service(i, endpoints, every > 0 && i % every === 0));
-  }
-  return {
-    family: "IPv4",
-    nodeName: "node-a",
-    nodePortAddresses: ["192.168.0.10"],
-    serviceCIDRs: ["10.96.0.0/12"],
-    localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
-    services,
-  };
 }
 
 /** The upstream kube-proxy layout for the same plan: chains per endpoint, an anonymous vmap per service. */
@@ -199,7 +141,15 @@ async function benchBackend(
       full: false,
     });
     const partialMs = performance.now() - start;
+    start = performance.now();
+    await host.run({
+      program: "ip",
+      args: ["netns", "exec", namespace, "nft", "-f", "-"],
+      stdin: FLOOR_TRANSACTION,
+    });
+    const floorMs = performance.now() - start;
     return {
+      floorMs,
       backend: "nftables",
       variant,
       services: size,
@@ -241,6 +191,7 @@ async function benchBaseline(
       renderMs,
       fullMs: performance.now() - start,
       partialMs: Number.NaN,
+      floorMs: Number.NaN,
     };
   });
 }

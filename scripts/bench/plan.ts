@@ -1,0 +1,78 @@
+/**
+ * The synthetic Plan the benchmarks render and load: `count` ClusterIP
+ * services (port 80/TCP → 8080) in namespace `bench`, each with `perService`
+ * ready endpoints on another node. The same services as `cluster.ts` serves
+ * as API objects.
+ *
+ * @module
+ */
+
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+
+function endpoint(index: number): PlanEndpoint {
+  return {
+    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
+    port: 8080,
+    nodeName: "node-b",
+    zone: "",
+    isLocal: false,
+    ready: true,
+    serving: true,
+    terminating: false,
+  };
+}
+
+function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): ServicePortPlan {
+  const name = `svc-${String(index).padStart(6, "0")}`;
+  const traffic = { endpoints, whenEmpty: "reject" as const, reason: "bench" };
+  return {
+    id: `bench/${name}:http/TCP`,
+    namespace: "bench",
+    name,
+    portName: "http",
+    protocol: "TCP",
+    port: 80,
+    clusterIPs: [`10.${96 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`],
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: affinity ? 10800 : 0,
+    clusterIPMasquerade: "non-local",
+    internal: traffic,
+    external: traffic,
+    externalLocal: false,
+    localReadyEndpoints: 0,
+  };
+}
+
+/**
+ * A plan of `count` ClusterIP services with `perService` remote endpoints;
+ * every `affinityEvery`-th service has session affinity; service `shift` has
+ * its first endpoint replaced (for the one-change sync).
+ */
+export function benchPlan(
+  count: number,
+  perService: number,
+  options: { shift?: number; affinityEvery?: number } = {},
+): Plan {
+  const services: ServicePortPlan[] = [];
+  for (let i = 0; i < count; i++) {
+    const endpoints: PlanEndpoint[] = [];
+    for (let j = 0; j < perService; j++) {
+      endpoints.push(endpoint(i * perService + j + (i === options.shift && j === 0 ? 1 << 22 : 0)));
+    }
+    endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
+    const every = options.affinityEvery ?? 0;
+    services.push(service(i, endpoints, every > 0 && i % every === 0));
+  }
+  return {
+    family: "IPv4",
+    nodeName: "node-a",
+    nodePortAddresses: ["192.168.0.10"],
+    serviceCIDRs: ["10.96.0.0/12"],
+    localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
+    services,
+  };
+}

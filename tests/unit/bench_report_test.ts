@@ -1,0 +1,164 @@
+import assert from "node:assert/strict";
+import { parseBenchArgs } from "../../scripts/bench/main.ts";
+import { benchPlan } from "../../scripts/bench/plan.ts";
+import {
+  type BenchResults,
+  renderMarkdown,
+  renderSvg,
+  renderTable,
+} from "../../scripts/bench/report.ts";
+
+function results(overrides: Partial<BenchResults> = {}): BenchResults {
+  return {
+    date: "2026-11-23T12:00:00.000Z",
+    machine: {
+      cpus: 2,
+      cpuModel: "test CPU",
+      kernel: "6.1",
+      memoryGiB: 4,
+      tools: { nft: "1.0.6" },
+    },
+    sizes: [1000, 10000],
+    endpointsPerService: 10,
+    sections: ["fullsync", "change"],
+    nftables: [
+      {
+        backend: "nftables",
+        variant: "kproxy",
+        services: 1000,
+        endpointsPerService: 10,
+        rules: 12000,
+        renderMs: 80,
+        fullMs: 500,
+        partialMs: 30,
+        floorMs: 12,
+      },
+      {
+        backend: "nftables",
+        variant: "kproxy",
+        services: 10000,
+        endpointsPerService: 10,
+        rules: 120000,
+        renderMs: 500,
+        fullMs: 2900,
+        partialMs: 140,
+        floorMs: 95,
+      },
+      {
+        backend: "nftables",
+        variant: "upstream-style",
+        services: 1000,
+        endpointsPerService: 10,
+        rules: 30000,
+        renderMs: 50,
+        fullMs: 1000,
+        partialMs: NaN,
+        floorMs: NaN,
+      },
+    ],
+    iptables: [
+      {
+        backend: "iptables",
+        variant: "legacy",
+        services: 1000,
+        endpointsPerService: 10,
+        rules: 32000,
+        renderMs: 90,
+        fullMs: 1500,
+        partialMs: 60,
+      },
+    ],
+    iptablesBaseline: [{
+      variant: "legacy",
+      services: 1000,
+      endpointsPerService: 10,
+      rules: 32000,
+      fullMs: 3000,
+    }],
+    change: [
+      {
+        mode: "nftables",
+        services: 1000,
+        endpointsPerService: 10,
+        samples: 5,
+        wallMs: 40,
+        metricMs: 35,
+        applyMs: 30,
+        syncMs: 35,
+        initialSyncMs: 1500,
+      },
+      {
+        mode: "nftables",
+        services: 10000,
+        endpointsPerService: 10,
+        samples: 5,
+        wallMs: 90,
+        metricMs: 80,
+        applyMs: 70,
+        syncMs: 80,
+        initialSyncMs: 7000,
+      },
+    ],
+    process: [],
+    storm: [],
+    datapath: [],
+    errors: [],
+    notes: [],
+    ...overrides,
+  };
+}
+
+Deno.test("renderMarkdown() shows each figure beside its baseline and the nft floor", () => {
+  const markdown = renderMarkdown(results());
+  assert.match(markdown, /Date: 2026-11-23T12:00:00.000Z/);
+  assert.match(
+    markdown,
+    /\| nftables \| 1k \| 0.50 s \(render 80.0 ms\) \| – \| 1.00 s \| 2× \| 30.0 ms \| 12.0 ms \|/,
+  );
+  assert.match(
+    markdown,
+    /\| iptables \(legacy\) \| 1k \| 1.50 s \(render 90.0 ms\) \|  \| 3.00 s \| 2.0× \| 60.0 ms \|  \|/,
+  );
+  assert.match(markdown, /\| nftables full sync 10k × 10 \| ≤ 3 s \| 2.90 s \| met \|/);
+  assert.match(
+    markdown,
+    /\| one endpoint change at 10k, end to end \| ≤ 100 ms, same as at 1k \| 90.0 ms \(1k: 40.0 ms\) \| met \|/,
+  );
+  assert.match(markdown, /peak RSS .* \| not run \|/);
+});
+
+Deno.test("renderTable() flags missed targets and failed sections", () => {
+  const table = renderTable(results({
+    nftables: [{ ...results().nftables[1]!, fullMs: 4800 }],
+    errors: ["full sync, iptables: boom"],
+  }));
+  assert.match(table, /^!! nftables full sync 10k × 10\s+≤ 3 s\s+4.80 s$/m);
+  assert.match(table, /^!! full sync, iptables: boom$/m);
+});
+
+Deno.test("renderSvg() draws one polyline per measured series", () => {
+  const svg = renderSvg(results());
+  assert.match(svg, /^<svg /);
+  assert.ok((svg.match(/<polyline/g) ?? []).length >= 2);
+});
+
+Deno.test("parseBenchArgs() names the bad flag", () => {
+  assert.deepEqual(parseBenchArgs(["--quick"]).sizes, [1000, 10000]);
+  assert.deepEqual(parseBenchArgs(["--only=change"]).sections, ["change"]);
+  assert.throws(() => parseBenchArgs(["--sizes=1000,abc"]), /--sizes 1000,abc/);
+  assert.throws(() => parseBenchArgs(["--only=fullsync,speed"]), /"speed" is not one of/);
+});
+
+Deno.test("benchPlan() shifts one endpoint of one service and marks affinity services", () => {
+  const plan = benchPlan(20, 3, { shift: 5, affinityEvery: 10 });
+  const before = benchPlan(20, 3);
+  assert.equal(plan.services.length, 20);
+  const changed = plan.services.filter((s, i) =>
+    JSON.stringify(s.internal) !== JSON.stringify(before.services[i]!.internal)
+  );
+  assert.deepEqual(changed.map((s) => s.name), ["svc-000005"]);
+  assert.deepEqual(
+    plan.services.filter((s) => s.affinityTimeoutSeconds > 0).map((s) => s.name),
+    ["svc-000000", "svc-000010"],
+  );
+});
