@@ -59,27 +59,37 @@ export function upstreamIptablesScript(plan: Plan): string {
   return ["*nat", ...chains, ...rules, "COMMIT", ""].join("\n");
 }
 
-/** Milliseconds to load the upstream-style ruleset with `program` in a fresh namespace. */
+/**
+ * Milliseconds to load the upstream-style ruleset with `program` in a fresh
+ * namespace; `stopped` when the load was killed after `timeoutMs`.
+ */
 export async function loadIptablesBaseline(
   plan: Plan,
   variant: "nft" | "legacy",
   timeoutMs = 300_000,
-): Promise<{ ms: number; rules: number }> {
+): Promise<{ ms: number; rules: number; stopped: boolean }> {
   const script = upstreamIptablesScript(plan);
   const rules = script.split("\n").filter((line) => line.startsWith("-A")).length;
   return await withNamespace(`ipt-${variant}`, async (namespace) => {
     const executor = new NetnsExecutor({ namespace, inner: new HostExecutor() });
     const start = performance.now();
-    const result = await executor.run({
-      program: `iptables-${variant}-restore`,
-      args: ["--noflush"],
-      stdin: script,
-      timeoutMs,
-    });
+    let result;
+    try {
+      result = await executor.run({
+        program: `iptables-${variant}-restore`,
+        args: ["--noflush"],
+        stdin: script,
+        timeoutMs,
+      });
+    } catch (error) {
+      const ms = performance.now() - start;
+      if (ms >= timeoutMs) return { ms, rules, stopped: true };
+      throw error;
+    }
     const ms = performance.now() - start;
     if (result.code !== 0) {
       throw new Error(`Cannot load the upstream-style iptables baseline: ${result.stderr}`);
     }
-    return { ms, rules };
+    return { ms, rules, stopped: false };
   });
 }

@@ -174,7 +174,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
           results,
           `full sync, iptables-${variant} upstream-style, ${services} services`,
           async () => {
-            const { ms, rules } = await loadIptablesBaseline(
+            const { ms, rules, stopped } = await loadIptablesBaseline(
               benchPlan(services, ENDPOINTS_PER_SERVICE),
               variant,
               BASELINE_TIMEOUT_MS,
@@ -185,6 +185,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
               endpointsPerService: ENDPOINTS_PER_SERVICE,
               rules,
               fullMs: ms,
+              stopped,
             });
           },
         );

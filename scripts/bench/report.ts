@@ -28,6 +28,8 @@ export interface IptablesBaselineRow {
   endpointsPerService: number;
   rules: number;
   fullMs: number;
+  /** The load was stopped after `fullMs` (the bench's baseline timeout). */
+  stopped?: boolean;
 }
 
 /** Everything one bench run measured. */
@@ -204,8 +206,10 @@ function fullSyncSection(results: BenchResults): string {
         fmtK(size),
         ipt ? `${fmtS(ipt.fullMs)} (render ${fmtMs(ipt.renderMs)})` : "–",
         "",
-        base ? fmtS(base.fullMs) : "–",
-        ipt && base ? `${(base.fullMs / ipt.fullMs).toFixed(1)}×` : "–",
+        base
+          ? `${base.stopped ? "> " : ""}${fmtS(base.fullMs)}${base.stopped ? " (stopped)" : ""}`
+          : "–",
+        ipt && base ? `${base.stopped ? "> " : ""}${(base.fullMs / ipt.fullMs).toFixed(1)}×` : "–",
         ipt ? fmtMs(ipt.partialMs) : "–",
         "",
       ]);
@@ -469,7 +473,7 @@ function chartSeries(results: BenchResults): Series[] {
       label: "iptables-nft, upstream-style",
       color: "#d62728",
       dashed: true,
-      points: pick(results.iptablesBaseline.filter((r) => r.variant === "nft")),
+      points: pick(results.iptablesBaseline.filter((r) => r.variant === "nft" && !r.stopped)),
     },
     {
       label: "iptables-legacy, kproxy",
@@ -481,7 +485,7 @@ function chartSeries(results: BenchResults): Series[] {
       label: "iptables-legacy, upstream-style",
       color: "#2ca02c",
       dashed: true,
-      points: pick(results.iptablesBaseline.filter((r) => r.variant === "legacy")),
+      points: pick(results.iptablesBaseline.filter((r) => r.variant === "legacy" && !r.stopped)),
     },
   ].filter((s) => s.points.length > 0);
 }

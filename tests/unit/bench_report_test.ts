@@ -127,6 +127,20 @@ Deno.test("renderMarkdown() shows each figure beside its baseline and the nft fl
   assert.match(markdown, /peak RSS .* \| not run \|/);
 });
 
+Deno.test("renderMarkdown() shows a stopped baseline as a lower bound", () => {
+  const markdown = renderMarkdown(results({
+    iptablesBaseline: [{
+      variant: "legacy",
+      services: 1000,
+      endpointsPerService: 10,
+      rules: 32000,
+      fullMs: 180_000,
+      stopped: true,
+    }],
+  }));
+  assert.match(markdown, /\| > 180.00 s \(stopped\) \| > 120.0× \|/);
+});
+
 Deno.test("renderTable() flags missed targets and failed sections", () => {
   const table = renderTable(results({
     nftables: [{ ...results().nftables[1]!, fullMs: 4800 }],
