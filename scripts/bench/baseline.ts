@@ -9,6 +9,7 @@
  * @module
  */
 
+import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 import { withNamespace } from "./harness.ts";
@@ -28,8 +29,9 @@ export function upstreamIptablesScript(plan: Plan): string {
   // kube-proxy's large cluster mode: no comments on endpoint rules above 1000 endpoints.
   const endpointCount = plan.services.reduce((n, s) => n + s.internal.endpoints.length, 0);
   const large = endpointCount > 1000;
-  plan.services.forEach((service, i) => {
-    const svc = `KUBE-SVC-${i.toString(36).toUpperCase().padStart(16, "0")}`;
+  plan.services.forEach((service) => {
+    // Upstream's names: hashes, so chains arrive in no order (libiptc sorts them on insert).
+    const svc = serviceChainNames(service).cluster;
     const ip = service.clusterIPs[0]!;
     const comment =
       `-m comment --comment "${service.namespace}/${service.name}:${service.portName}"`;
@@ -43,7 +45,7 @@ export function upstreamIptablesScript(plan: Plan): string {
     );
     const endpoints = service.internal.endpoints;
     endpoints.forEach((endpoint, j) => {
-      const sep = `KUBE-SEP-${(i * 64 + j).toString(36).toUpperCase().padStart(16, "0")}`;
+      const sep = endpointChainName(service, endpoint);
       chains.push(`:${sep} - [0:0]`);
       const left = endpoints.length - j;
       const pick = left > 1

@@ -36,6 +36,24 @@ export const SECTIONS = ["fullsync", "change", "startup", "storm", "memory", "da
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
 
+/** Whether a run with `options` re-measured what the (earlier) error `name` was about. */
+function remeasures(options: BenchOptions, name: string): boolean {
+  const has = (section: Section) => options.sections.includes(section);
+  const mode = (m: string) => options.fullsyncModes.includes(m);
+  if (name.startsWith("full sync, nftables")) return has("fullsync") && mode("nftables");
+  if (name.startsWith("full sync, iptables")) {
+    return has("fullsync") &&
+      mode(name.includes("upstream-style") ? "iptables-baseline" : "iptables");
+  }
+  if (name.startsWith("one change")) return has("change");
+  if (name.startsWith("floor process") || name.startsWith("start-up and memory")) {
+    return has("startup") || has("memory");
+  }
+  if (name.startsWith("event storm")) return has("storm");
+  if (name.startsWith("data path")) return has("datapath");
+  return false;
+}
+
 const DOCS = new URL("../../docs/", import.meta.url);
 const ENDPOINTS_PER_SERVICE = 10;
 /** Largest size at which the quadratic upstream-style nftables layout is loaded. */
@@ -66,7 +84,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       only: { type: "string" },
       "from-json": { type: "string" },
       json: { type: "string", default: "/tmp/kp-bench-results.json" },
-      "fullsync-modes": { type: "string", default: "nftables,iptables" },
+      "fullsync-modes": { type: "string", default: "nftables,iptables,iptables-baseline" },
     },
   });
   const sizes = values.sizes
@@ -168,6 +186,8 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
         });
       }
     }
+  }
+  if (has("fullsync") && options.fullsyncModes.includes("iptables-baseline")) {
     for (const variant of ["nft", "legacy"] as const) {
       for (const services of sizes) {
         await section(
@@ -236,14 +256,18 @@ async function leftoverNamespaces(): Promise<string[]> {
     .filter((name) => name.startsWith(NAMESPACE_PREFIX));
 }
 
-/** Replaces in `base` what `fresh` measured (the sections of `options`). */
-function merge(base: BenchResults, fresh: BenchResults, options: BenchOptions): BenchResults {
+/** Replaces in `base` what `fresh` measured (the sections of `options`), errors included. */
+export function merge(
+  base: BenchResults,
+  fresh: BenchResults,
+  options: BenchOptions,
+): BenchResults {
   const merged: BenchResults = { ...base, date: fresh.date, machine: fresh.machine };
   const has = (s: Section) => options.sections.includes(s);
   if (has("fullsync")) {
     if (options.fullsyncModes.includes("nftables")) merged.nftables = fresh.nftables;
-    if (options.fullsyncModes.includes("iptables")) {
-      merged.iptables = fresh.iptables;
+    if (options.fullsyncModes.includes("iptables")) merged.iptables = fresh.iptables;
+    if (options.fullsyncModes.includes("iptables-baseline")) {
       merged.iptablesBaseline = fresh.iptablesBaseline;
     }
   }
@@ -254,8 +278,10 @@ function merge(base: BenchResults, fresh: BenchResults, options: BenchOptions): 
   }
   if (has("storm")) merged.storm = fresh.storm;
   if (has("datapath")) merged.datapath = fresh.datapath;
-  const rerun = new Set(fresh.errors.map((e) => e.split(":")[0]));
-  merged.errors = [...base.errors.filter((e) => !rerun.has(e.split(":")[0])), ...fresh.errors];
+  merged.errors = [
+    ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
+    ...fresh.errors,
+  ];
   merged.sections = [...new Set([...base.sections, ...fresh.sections])];
   return merged;
 }

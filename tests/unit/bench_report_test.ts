@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseBenchArgs } from "../../scripts/bench/main.ts";
+import { merge, parseBenchArgs } from "../../scripts/bench/main.ts";
 import { benchPlan } from "../../scripts/bench/plan.ts";
 import {
   type BenchResults,
@@ -175,4 +175,38 @@ Deno.test("benchPlan() shifts one endpoint of one service and marks affinity ser
     plan.services.filter((s) => s.affinityTimeoutSeconds > 0).map((s) => s.name),
     ["svc-000000", "svc-000010"],
   );
+});
+
+Deno.test("merge() keeps what was not re-measured and drops errors of what was", () => {
+  const base = results({
+    errors: [
+      "full sync, nftables: boom",
+      "full sync, iptables-legacy, 30000 services: ENOMEM",
+      "full sync, iptables-nft upstream-style, 10000 services: timeout",
+      "one change, nftables, 1000 services: boom",
+    ],
+  });
+  const fresh = results({
+    nftables: [],
+    iptables: [],
+    iptablesBaseline: [{
+      variant: "nft",
+      services: 10000,
+      endpointsPerService: 10,
+      rules: 1,
+      fullMs: 180_000,
+      stopped: true,
+    }],
+    errors: [],
+  });
+  const options = parseBenchArgs(["--only=fullsync", "--fullsync-modes=iptables-baseline"]);
+  const merged = merge(base, fresh, options);
+  assert.deepEqual(merged.errors, [
+    "full sync, nftables: boom",
+    "full sync, iptables-legacy, 30000 services: ENOMEM",
+    "one change, nftables, 1000 services: boom",
+  ]);
+  assert.equal(merged.nftables.length, base.nftables.length);
+  assert.equal(merged.iptables.length, base.iptables.length);
+  assert.deepEqual(merged.iptablesBaseline, fresh.iptablesBaseline);
 });
