@@ -121,12 +121,13 @@ class IptablesBackend implements Backend {
       // Entering or leaving large cluster mode changes the rules of every service.
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
-      const applied = rewriteAll
-        ? await this.#syncFull(plan, programs)
+      const partial = rewriteAll
+        ? undefined
         : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
+      const applied = partial ?? await this.#syncFull(plan, programs);
       this.#applied.set(plan.family, plan);
-      full ||= rewriteAll;
-      const kind = rewriteAll ? "full" : "partial";
+      full ||= partial === undefined;
+      const kind = partial === undefined ? "full" : "partial";
       parts.push(
         `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
       );
@@ -269,11 +270,23 @@ class IptablesBackend implements Backend {
     return { rules, scripts: scripts.length };
   }
 
+  /**
+   * Restores only what changed; undefined, with nothing run, when the change
+   * declares more chains than one iptables-nft-restore input should hold
+   * (its cost is quadratic in them): the chunked full sync is then cheaper.
+   */
   async #syncPartial(
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
-  ): Promise<Applied> {
+  ): Promise<Applied | undefined> {
     const script = renderPartial(change, this.#renderOptions);
+    const chains = script.chainNames("nat").length;
+    if (this.#variant === "nft" && chains > this.#nftChainsPerRestore) {
+      logger.debug("Partial sync declares {chains} chains: syncing fully in chunks instead", {
+        chains,
+      });
+      return undefined;
+    }
     if (!script.isEmpty) await this.#restore(programs, script);
     return { rules: script.ruleCount, scripts: script.isEmpty ? 0 : 1 };
   }

@@ -7,6 +7,7 @@
  * deno task bench                                 # 1k, 10k, 30k; every section
  * deno task bench --quick                         # 1k and 10k only
  * deno task bench --sizes=1000,5000 --only=fullsync,change
+ * deno task bench --only=storm --modes=iptables  # one mode of the change and storm sections
  * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
  * ```
  *
@@ -45,11 +46,12 @@ function remeasures(options: BenchOptions, name: string): boolean {
     return has("fullsync") &&
       mode(name.includes("upstream-style") ? "iptables-baseline" : "iptables");
   }
-  if (name.startsWith("one change")) return has("change");
+  const measuredMode = options.modes.some((mode) => name.includes(`, ${mode}`));
+  if (name.startsWith("one change")) return has("change") && measuredMode;
   if (name.startsWith("floor process") || name.startsWith("start-up and memory")) {
     return has("startup") || has("memory");
   }
-  if (name.startsWith("event storm")) return has("storm");
+  if (name.startsWith("event storm")) return has("storm") && measuredMode;
   if (name.startsWith("data path")) return has("datapath");
   return false;
 }
@@ -70,6 +72,8 @@ export interface BenchOptions {
   json: string;
   /** Modes the fullsync section measures. */
   fullsyncModes: string[];
+  /** Modes the change and storm sections measure. */
+  modes: ("nftables" | "iptables")[];
   /** Whether `--only` was given. */
   only: boolean;
 }
@@ -85,6 +89,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       "from-json": { type: "string" },
       json: { type: "string", default: "/tmp/kp-bench-results.json" },
       "fullsync-modes": { type: "string", default: "nftables,iptables,iptables-baseline" },
+      modes: { type: "string", default: "nftables,iptables" },
     },
   });
   const sizes = values.sizes
@@ -109,6 +114,14 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     fromJson: values["from-json"],
     json: values.json,
     fullsyncModes: values["fullsync-modes"].split(","),
+    modes: values.modes.split(",").map((mode) => {
+      if (mode !== "nftables" && mode !== "iptables") {
+        throw new Error(
+          `Cannot parse --modes ${values.modes}: "${mode}" is not nftables or iptables`,
+        );
+      }
+      return mode;
+    }),
     only: values.only !== undefined,
   };
 }
@@ -213,7 +226,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     }
   }
   if (has("change")) {
-    for (const mode of ["nftables", "iptables"] as const) {
+    for (const mode of options.modes) {
       for (const services of [...new Set([1000, ...sizes])].sort((a, b) => a - b)) {
         await section(results, `one change, ${mode}, ${services} services`, async () => {
           results.change.push(await benchChange({ mode, size: size(services) }));
@@ -232,7 +245,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     }
   }
   if (has("storm")) {
-    for (const mode of ["nftables", "iptables"] as const) {
+    for (const mode of options.modes) {
       await section(results, `event storm, ${mode}`, async () => {
         results.storm.push(
           await benchStorm({ mode, size: size(tenK), changes: tenK, windowMs: 10_000 }),
@@ -271,12 +284,14 @@ export function merge(
       merged.iptablesBaseline = fresh.iptablesBaseline;
     }
   }
-  if (has("change")) merged.change = fresh.change;
+  const otherModes = <R extends { mode: string }>(rows: R[]) =>
+    rows.filter((row) => !options.modes.includes(row.mode as "nftables" | "iptables"));
+  if (has("change")) merged.change = [...otherModes(base.change), ...fresh.change];
   if (has("startup") || has("memory")) {
     merged.process = fresh.process;
     merged.floor = fresh.floor;
   }
-  if (has("storm")) merged.storm = fresh.storm;
+  if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
   if (has("datapath")) merged.datapath = fresh.datapath;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),

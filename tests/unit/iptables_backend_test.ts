@@ -69,6 +69,44 @@ Deno.test("createIptablesBackend() syncs fully when the cluster enters large clu
   assert.doesNotMatch(restores(executor.calls).at(-1)?.stdin ?? "", /-A KUBE-SEP-\S+ -m comment/);
 });
 
+Deno.test("createIptablesBackend() turns a partial sync too large for one iptables-nft input into a chunked full sync", async () => {
+  const executor = new FakeExecutor();
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    nftChainsPerRestore: 20,
+  });
+  const before = uniformCluster(30, 3);
+  const after = uniformCluster(30, 4);
+  await backend.sync({ plans: [before], previous: [], changed: new Set(), full: true });
+  executor.calls.length = 0;
+  const everything = new Set(after.services.map((s) => s.id));
+  const result = await backend.sync({
+    plans: [after],
+    previous: [before],
+    changed: everything,
+    full: false,
+  });
+  assert.equal(result.full, true);
+  const inputs = restores(executor.calls).map((call) => call.stdin ?? "");
+  assert.ok(inputs.length > 1, "the full sync is chunked");
+  for (const input of inputs.slice(0, -1)) {
+    const declared = input.split("\n").filter((line) => line.startsWith(":KUBE-")).length;
+    assert.ok(declared <= 21, `one input declares ${declared} chains`);
+  }
+
+  executor.calls.length = 0;
+  const one = new Set([after.services[0]!.id]);
+  const small = await backend.sync({
+    plans: [before],
+    previous: [after],
+    changed: one,
+    full: false,
+  });
+  assert.equal(small.full, false);
+});
+
 Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {
   const executor = new FakeExecutor();
   const backend = createIptablesBackend({
