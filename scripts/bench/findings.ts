@@ -59,11 +59,17 @@ export const PROFILE_NOTES: readonly string[] = [
   "101 s vs 87 s at 30k; kproxy's figure includes its `iptables-save` of both tables and the " +
   "render). A one-change sync costs 0.47 s (nft) / 1.9 s (legacy) at 10k: legacy rewrites the " +
   "whole table blob on every restore, as upstream's does.",
-  "**Event storm.** nftables: 10,000 changes in 9.9 s coalesced into 23 partial syncs, the last " +
-  "change in the kernel 0.6 s after the last send, nothing lost. Checking the result by reading " +
-  "the ruleset back (`nft list ruleset`) took ~280 s at 10k services — the upstream pain kproxy " +
-  "avoids by keeping its own record. iptables: see the storm table's date; in the loaded run " +
-  "one full sync hit the 300 s command timeout, was retried, and nothing was lost.",
-  "**Data path.** nftables connect latency is flat (first and last of 10k services the same), " +
-  "iptables grows with the rule position (rules are scanned in order).",
+  "**Event storm (re-measured 12:59–13:19).** nftables: 10,000 changes in 9.9 s coalesced " +
+  "into 28 partial syncs, the last change in the kernel 0.7 s after the last send, nothing " +
+  "lost. Checking the result by reading the ruleset back (`nft list ruleset`) takes minutes at " +
+  "10k services — the upstream pain kproxy avoids by keeping its own record. iptables: the " +
+  "first run of this day put thousands of changed services into one partial " +
+  "`iptables-nft-restore` input, which is quadratic in its chains and hit the 300 s command " +
+  "timeout (retried, nothing lost). A partial sync that declares more chains than one chunk " +
+  "now becomes the chunked full sync: the storm then took 4 syncs (2 full), the longest " +
+  "command 3.1 s, the last change in the kernel 107 s after the first (was 373 s), nothing " +
+  "lost. Next step: chunk partial syncs themselves, so a storm costs what changed.",
+  "**Data path (re-measured 13:11).** nftables connect latency is flat (52 µs for the first " +
+  "and the last of 10k services: one verdict-map lookup); iptables grows with the rule " +
+  "position (73 µs first, 280 µs last: KUBE-SERVICES is scanned in order).",
 ];

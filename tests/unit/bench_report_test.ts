@@ -110,7 +110,7 @@ function results(overrides: Partial<BenchResults> = {}): BenchResults {
 
 Deno.test("renderMarkdown() shows each figure beside its baseline and the nft floor", () => {
   const markdown = renderMarkdown(results());
-  assert.match(markdown, /Date: 2026-11-23T12:00:00.000Z/);
+  assert.match(markdown, /Date of the latest run: 2026-11-23T12:00:00.000Z/);
   assert.match(
     markdown,
     /\| nftables \| 1k \| 0.50 s \(render 80.0 ms\) \| – \| 1.00 s \| 2× \| 30.0 ms \| 12.0 ms \|/,
