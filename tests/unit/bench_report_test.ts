@@ -117,7 +117,7 @@ Deno.test("renderMarkdown() shows each figure beside its baseline and the nft fl
   );
   assert.match(
     markdown,
-    /\| iptables \(legacy\) \| 1k \| 1.50 s \(render 90.0 ms\) \|  \| 3.00 s \| 2.0× \| 60.0 ms \|  \|/,
+    /\| iptables \(legacy\) \| 1k \| 1.50 s \(render 90.0 ms\) \| {2}\| 3.00 s \| 2.0× \| 60.0 ms \| {2}\|/,
   );
   assert.match(markdown, /\| nftables full sync 10k × 10 \| ≤ 3 s \| 2.90 s \| met \|/);
   assert.match(
