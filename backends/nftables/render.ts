@@ -1,7 +1,8 @@
 /**
  * Renders a {@linkcode Plan} as nftables transactions. Pure: no I/O.
  *
- * Layout (see `.notes/nftables.md` for the measurements behind it):
+ * Layout (docs/ARCHITECTURE.md and docs/BENCHMARKS.md hold the measurements
+ * behind it):
  *
  * - One table per family, `ip kproxy` and `ip6 kproxy`, as upstream does with
  *   `kube-proxy`: each table has plain single-family types (no `inet` family

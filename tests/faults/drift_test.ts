@@ -76,7 +76,7 @@ const CASES: DriftCase[] = [
     tamper: (topology) => deleteRule(topology, "services", "vmap"),
     pending:
       "nftables drift check reads only the canary chain: an edit elsewhere is repaired only by " +
-      "the hourly full sync (.notes/faults.md, finding 1)",
+      "the hourly full sync (docs/RELIABILITY.md, drift)",
   },
   {
     name: "the nat prerouting chain flushed",
@@ -89,7 +89,7 @@ const CASES: DriftCase[] = [
     },
     pending:
       "nftables drift check reads only the canary chain: an edit elsewhere is repaired only by " +
-      "the hourly full sync (.notes/faults.md, finding 1)",
+      "the hourly full sync (docs/RELIABILITY.md, drift)",
   },
 ];
 

@@ -309,10 +309,9 @@ Deno.test("parseService() normalises IPv6 and CIDR spellings to one canonical te
   );
 });
 
-// Known bug, see .notes/fuzz.md: lib/parse.ts maps lists with Array#map, which
-// skips holes, so a sparse list (never produced by JSON.parse, but possible
-// from a JS caller) makes parseServiceCIDR() throw and lets `undefined` into
-// Service.externalIPs. Unignore once parse.ts iterates with for..of.
+// Regression test: Array#map skips holes, so a sparse list (never produced by
+// JSON.parse, but possible from a JS caller) once made parseServiceCIDR()
+// throw and let `undefined` into Service.externalIPs.
 Deno.test({
   name: "parse*() never throw on sparse lists and never yield undefined entries",
   fn() {

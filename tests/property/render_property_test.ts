@@ -104,7 +104,7 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
 }
 
 /**
- * Known bug (.notes/fuzz.md): when a second service takes a node port (or
+ * Known bug (docs/RELIABILITY.md): when a second service takes a node port (or
  * cluster IP and port) another service already holds, which the apiserver
  * prevents but a manifests directory does not, renderIncremental() adds a
  * map element whose key exists and nft rejects the transaction ("File
@@ -161,8 +161,8 @@ function hasNestedCIDRs(plans: NodePlans): boolean {
 }
 
 /**
- * Known bugs (.notes/fuzz.md): the nftables renderer writes nested CIDRs into
- * interval sets, which nft rejects, failing the whole family's sync:
+ * Regression test for a fixed bug: the nftables renderer wrote nested CIDRs
+ * into interval sets, which nft rejects, failing the whole family's sync:
  * two overlapping ServiceCIDR objects (legal, e.g. while a range is widened)
  * give "conflicting intervals specified" in `service-cidrs`; overlapping
  * loadBalancerSourceRanges of ONE service give "File exists" in
@@ -327,8 +327,7 @@ Deno.test({
       });
 
       await t.step({
-        name:
-          "nftables renderFull() with nested service CIDRs or source ranges (known bug, see .notes/fuzz.md)",
+        name: "nftables renderFull() with nested service CIDRs or source ranges (fixed bug)",
         ignore: !NESTED_CIDRS_FIXED,
         async fn() {
           await checker.reset();
@@ -345,7 +344,7 @@ Deno.test({
 
       await t.step({
         name:
-          "nftables renderIncremental() when a new service reuses a node port (known bug, see .notes/fuzz.md)",
+          "nftables renderIncremental() when a new service reuses a node port (known bug, see docs/RELIABILITY.md)",
         ignore: !SHARED_NODE_PORT_FIXED,
         async fn() {
           await checker.reset();
