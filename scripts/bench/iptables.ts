@@ -14,24 +14,11 @@ import { createIptablesBackend } from "../../backends/iptables/mod.ts";
 import { renderFull } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import { benchPlan } from "./plan.ts";
+import { benchPlan, type SyncBenchRow } from "./plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
-export interface BenchRow {
-  backend: string;
-  variant: string;
-  services: number;
-  endpointsPerService: number;
-  /** Rules in the full restore input. */
-  rules: number;
-  /** Rendering the full script, in the process. */
-  renderMs: number;
-  /** First sync: iptables-save, full restore and jump checks. */
-  fullMs: number;
-  /** Sync after one endpoint of one service changed. */
-  partialMs: number;
-}
+export type BenchRow = SyncBenchRow;
 
 /** Options of {@linkcode benchIptables}. */
 export interface BenchIptablesOptions {

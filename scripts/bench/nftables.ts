@@ -17,23 +17,11 @@ import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import { renderFull } from "../../backends/nftables/render.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Plan } from "../../lib/plan.ts";
-import { benchPlan } from "./plan.ts";
+import { benchPlan, type SyncBenchRow } from "./plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a layout at one size. */
-export interface BenchRow {
-  backend: string;
-  variant: string;
-  services: number;
-  endpointsPerService: number;
-  /** Lines of the full `nft -f` input. */
-  rules: number;
-  /** Rendering the full script, in the process. */
-  renderMs: number;
-  /** Loading the full script (first sync). */
-  fullMs: number;
-  /** Sync after one endpoint of one service changed; NaN when not measured. */
-  partialMs: number;
+export interface BenchRow extends SyncBenchRow {
   /**
    * The smallest transaction on the loaded table (flush the one-element
    * canary set, add an element): what `nft` costs before any rule changes.

@@ -1,8 +1,8 @@
 /**
  * The synthetic Plan the benchmarks render and load: `count` ClusterIP
  * services (port 80/TCP → 8080) in namespace `bench`, each with `perService`
- * ready endpoints on another node. The same services as `cluster.ts` serves
- * as API objects.
+ * ready endpoints on another node (the same services `cluster.ts` serves as
+ * API objects), and the row every sync measurement of it fills.
  *
  * @module
  */
@@ -75,4 +75,20 @@ export function benchPlan(
     localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
     services,
   };
+}
+
+/** One sync measurement of a backend variant at one size. */
+export interface SyncBenchRow {
+  backend: string;
+  variant: string;
+  services: number;
+  endpointsPerService: number;
+  /** Lines (nft) or rules (iptables) of the full input. */
+  rules: number;
+  /** Rendering the full script, in the process. */
+  renderMs: number;
+  /** First sync, through the backend. */
+  fullMs: number;
+  /** Sync after one endpoint of one service changed; NaN when not measured. */
+  partialMs: number;
 }

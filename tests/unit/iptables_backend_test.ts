@@ -12,6 +12,16 @@ function config(iptables: Partial<Config["iptables"]> = {}): Config {
   return { ...base, proxyMode: "iptables", iptables: { ...base.iptables, ...iptables } };
 }
 
+/** An IPv4 iptables backend forced to the nft binaries. */
+function nftBackend(executor: FakeExecutor, options: { nftChainsPerRestore?: number } = {}) {
+  return createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    ...options,
+  });
+}
+
 function restores(calls: Command[]): Command[] {
   return calls.filter((call) => call.program.endsWith("-restore"));
 }
@@ -51,11 +61,7 @@ Deno.test("createIptablesBackend() first sync detects the variant, restores full
 
 Deno.test("createIptablesBackend() syncs fully when the cluster enters large cluster mode", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   const small = uniformCluster(100, 10);
   const large = uniformCluster(101, 10);
   await backend.sync({ plans: [small], previous: [], changed: new Set(), full: true });
@@ -71,12 +77,7 @@ Deno.test("createIptablesBackend() syncs fully when the cluster enters large clu
 
 Deno.test("createIptablesBackend() turns a partial sync too large for one iptables-nft input into a chunked full sync", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-    nftChainsPerRestore: 20,
-  });
+  const backend = nftBackend(executor, { nftChainsPerRestore: 20 });
   const before = uniformCluster(30, 3);
   const after = uniformCluster(30, 4);
   await backend.sync({ plans: [before], previous: [], changed: new Set(), full: true });
@@ -109,11 +110,7 @@ Deno.test("createIptablesBackend() turns a partial sync too large for one iptabl
 
 Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
   executor.calls.length = 0;
   const result = await backend.sync({
@@ -141,11 +138,7 @@ Deno.test("createIptablesBackend() partial sync after one endpoint change writes
 
 Deno.test("createIptablesBackend() skips the restore when a partial sync changes nothing", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
   executor.calls.length = 0;
   await backend.sync({
@@ -159,11 +152,7 @@ Deno.test("createIptablesBackend() skips the restore when a partial sync changes
 
 Deno.test("createIptablesBackend() falls back to a full sync after a failed restore", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
   executor.reply({ code: 2, stderr: "iptables-restore: line 3 failed" });
   await assert.rejects(
@@ -198,11 +187,7 @@ Deno.test("createIptablesBackend() inserts only missing jumps, and checks with -
     }
     return { code: command.args.includes("-C") ? 1 : 0, stdout: "", stderr: "" };
   });
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
     previous: [],
@@ -221,11 +206,7 @@ Deno.test("createIptablesBackend() deletes stale service chains found by iptable
       ? { code: 0, stdout: "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n", stderr: "" }
       : { code: 0, stdout: "", stderr: "" }
   );
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
     previous: [],
@@ -278,11 +259,7 @@ Deno.test("createIptablesBackend() sets route_localnet only with localhostNodePo
 
 Deno.test("createIptablesBackend() checkDrift() reports a missing canary chain", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   assert.equal(await backend.checkDrift!(), false);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
@@ -329,11 +306,7 @@ Deno.test("createIptablesBackend() cleanup() removes owned chains of every varia
 
 Deno.test("createIptablesBackend() flushes stale UDP conntrack entries after a successful sync", async () => {
   const executor = new FakeExecutor();
-  const backend = createIptablesBackend({
-    executor,
-    config: config({ backend: "nft" }),
-    families: ["IPv4"],
-  });
+  const backend = nftBackend(executor);
   const dns = GOLDEN_CASES.hairpin_udp!;
   const moved = structuredClone(dns);
   const service = moved.services[0]!;
