@@ -257,7 +257,39 @@ const KERNEL_MODES: { mode: string; tools: string[]; dump: string[]; programmed:
   },
 ];
 
-for (const { mode, tools, dump, programmed } of KERNEL_MODES) {
+type KernelMode = (typeof KERNEL_MODES)[number];
+
+/** Flags that run main.ts in `mode` on the manifests in `dir`, servers on ephemeral ports. */
+function nodeFlags(mode: string, dir: string): string[] {
+  return [
+    `--proxy-mode=${mode}`,
+    ...["--manifests", dir, "--hostname-override=node-a"],
+    "--healthz-bind-address=127.0.0.1:0",
+    "--metrics-bind-address=127.0.0.1:0",
+  ];
+}
+
+/** `main.ts ARGS` inside network namespace `ns`, output piped. */
+function kproxyIn(ns: string, ...args: string[]): Deno.Command {
+  return new Deno.Command("ip", {
+    args: ["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN, ...args],
+    env: QUIET_ENV,
+    stdout: "piped",
+    stderr: "piped",
+  });
+}
+
+/** Polls `ns`'s rules until `mode` shows the demo service; throws after 15 s. */
+async function waitProgrammed(ns: string, mode: KernelMode): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (!mode.programmed.test(await inNamespace(ns, ...mode.dump))) {
+    if (Date.now() > deadline) throw new Error(`${mode.mode} mode did not program`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+for (const kernelMode of KERNEL_MODES) {
+  const { mode, tools, dump, programmed } = kernelMode;
   const skip = canRunKernelTests(tools);
   if (skip) console.log(`Skipping the ${mode} kernel e2e test of main.ts: ${skip}`);
   Deno.test({
@@ -270,29 +302,11 @@ for (const { mode, tools, dump, programmed } of KERNEL_MODES) {
       try {
         await inNamespace(ns, "ip", "link", "set", "lo", "up");
         await withManifests(async (dir) => {
-          const flags = [
-            `--proxy-mode=${mode}`,
-            "--manifests",
-            dir,
-            "--hostname-override=node-a",
-            "--healthz-bind-address=127.0.0.1:0",
-            "--metrics-bind-address=127.0.0.1:0",
-          ];
-          const kproxyInNamespace = (...args: string[]) =>
-            new Deno.Command("ip", {
-              args: ["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN, ...args],
-              env: QUIET_ENV,
-              stdout: "piped",
-              stderr: "piped",
-            });
-          const child = kproxyInNamespace(...flags).spawn();
+          const flags = nodeFlags(mode, dir);
+          const child = kproxyIn(ns, ...flags).spawn();
           const output = child.output();
           try {
-            const deadline = Date.now() + 15_000;
-            while (!programmed.test(await inNamespace(ns, ...dump))) {
-              if (Date.now() > deadline) throw new Error("kproxy did not program the service");
-              await new Promise((resolve) => setTimeout(resolve, 100));
-            }
+            await waitProgrammed(ns, kernelMode);
           } catch (error) {
             child.kill("SIGKILL");
             const { stderr } = await output;
@@ -303,7 +317,7 @@ for (const { mode, tools, dump, programmed } of KERNEL_MODES) {
           assert.equal(code, 0, new TextDecoder().decode(stderr));
           assert.match(await inNamespace(ns, ...dump), programmed);
 
-          const cleanup = await kproxyInNamespace("--cleanup", ...flags).output();
+          const cleanup = await kproxyIn(ns, "--cleanup", ...flags).output();
           assert.equal(cleanup.code, 0, new TextDecoder().decode(cleanup.stderr));
           assert.doesNotMatch(await inNamespace(ns, ...dump), /10\.96\.0\.10/);
         });
@@ -325,26 +339,11 @@ Deno.test({
     try {
       await inNamespace(ns, "ip", "link", "set", "lo", "up");
       await withManifests(async (dir) => {
-        const runUntilProgrammed = async (mode: (typeof KERNEL_MODES)[number]) => {
-          const child = new Deno.Command("ip", {
-            args: [
-              ...["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN],
-              `--proxy-mode=${mode.mode}`,
-              ...["--manifests", dir, "--hostname-override=node-a"],
-              "--healthz-bind-address=127.0.0.1:0",
-              "--metrics-bind-address=127.0.0.1:0",
-            ],
-            env: QUIET_ENV,
-            stdout: "piped",
-            stderr: "piped",
-          }).spawn();
+        const runUntilProgrammed = async (mode: KernelMode) => {
+          const child = kproxyIn(ns, ...nodeFlags(mode.mode, dir)).spawn();
           const output = child.output();
-          const deadline = Date.now() + 15_000;
           try {
-            while (!mode.programmed.test(await inNamespace(ns, ...mode.dump))) {
-              if (Date.now() > deadline) throw new Error(`${mode.mode} mode did not program`);
-              await new Promise((resolve) => setTimeout(resolve, 100));
-            }
+            await waitProgrammed(ns, mode);
           } finally {
             child.kill("SIGTERM");
             await output;
@@ -379,6 +378,7 @@ const TAMPER: Record<string, string[]> = {
 
 for (const mode of KERNEL_MODES) {
   const skip = canRunKernelTests(mode.tools);
+  if (skip) console.log(`Skipping the ${mode.mode} diff test of main.ts: ${skip}`);
   Deno.test({
     name: `main.ts diff shows a ${mode.mode} change made behind kproxy's back, per service`,
     ignore: skip !== undefined,
@@ -388,38 +388,22 @@ for (const mode of KERNEL_MODES) {
       try {
         await inNamespace(ns, "ip", "link", "set", "lo", "up");
         await withManifests(async (dir) => {
-          const flags = [
-            `--proxy-mode=${mode.mode}`,
-            ...["--manifests", dir, "--hostname-override=node-a"],
-            "--healthz-bind-address=127.0.0.1:0",
-            "--metrics-bind-address=127.0.0.1:0",
-          ];
-          const kproxyInNamespace = (...args: string[]) =>
-            new Deno.Command("ip", {
-              args: ["netns", "exec", ns, Deno.execPath(), "run", "-A", MAIN, ...args],
-              env: QUIET_ENV,
-              stdout: "piped",
-              stderr: "piped",
-            });
-          const child = kproxyInNamespace(...flags).spawn();
+          const flags = nodeFlags(mode.mode, dir);
+          const child = kproxyIn(ns, ...flags).spawn();
           const output = child.output();
           try {
-            const deadline = Date.now() + 15_000;
-            while (!mode.programmed.test(await inNamespace(ns, ...mode.dump))) {
-              if (Date.now() > deadline) throw new Error(`${mode.mode} mode did not program`);
-              await new Promise((resolve) => setTimeout(resolve, 100));
-            }
+            await waitProgrammed(ns, mode);
           } finally {
             child.kill("SIGTERM");
             await output;
           }
           const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
-          const inSync = await kproxyInNamespace("diff", ...flags).output();
+          const inSync = await kproxyIn(ns, "diff", ...flags).output();
           assert.equal(inSync.code, 0, decode(inSync.stdout) + decode(inSync.stderr));
           assert.match(decode(inSync.stdout), /^in sync/);
 
           await inNamespace(ns, ...TAMPER[mode.mode]!);
-          const drifted = await kproxyInNamespace("diff", ...flags).output();
+          const drifted = await kproxyIn(ns, "diff", ...flags).output();
           const text = decode(drifted.stdout);
           assert.equal(drifted.code, 1, text + decode(drifted.stderr));
           assert.match(text, /^service default\/web:/m);
