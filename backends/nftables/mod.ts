@@ -2,7 +2,8 @@
  * The nftables proxy mode: renders Plans with `render.ts` and applies every
  * family in ONE `nft -f -` call per sync. It keeps its own record of what the
  * kernel holds (the last applied plans) and never reads the tables back on a
- * sync; drift is checked on a one-element canary set.
+ * sync; drift is checked on a one-element canary set, then on the skeleton
+ * chains (`drift.ts`).
  *
  * @module
  */
@@ -14,6 +15,7 @@ import { CommandError, describeCommand, type Executor, runChecked } from "../../
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { setSysctls } from "../../lib/sysctl.ts";
+import { SkeletonCheck } from "./drift.ts";
 import {
   CANARY_SET,
   DEFAULT_TABLE,
@@ -23,6 +25,7 @@ import {
   renderFull,
   renderIncremental,
   type RenderOptions,
+  skeletonRuleCounts,
   tableRef,
 } from "./render.ts";
 import type { Transaction } from "./transaction.ts";
@@ -40,6 +43,8 @@ export interface NftablesBackendOptions {
   families?: IpFamily[];
   /** Table name in each family. @default {"kproxy"} */
   table?: string;
+  /** Largest share of time the skeleton drift check may take. @default {0.05} */
+  driftCheckBudget?: number;
 }
 
 /**
@@ -75,12 +80,17 @@ class NftablesBackend implements Backend {
   #needFull = true;
   #generation = 0;
   #sysctlsDone = false;
+  readonly #skeleton: SkeletonCheck;
 
   constructor(options: NftablesBackendOptions) {
     this.#executor = options.executor;
     this.#config = options.config;
     this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
     this.#table = options.table ?? DEFAULT_TABLE;
+    this.#skeleton = new SkeletonCheck({
+      executor: options.executor,
+      budget: options.driftCheckBudget,
+    });
   }
 
   #renderOptions(generation: number): RenderOptions {
@@ -131,6 +141,7 @@ class NftablesBackend implements Backend {
       throw cause;
     }
     this.#generation = generation;
+    if (full) this.#skeleton.reset();
     this.#needFull = false;
     this.#applied = new Map(plans.map((plan) => [plan.family, plan]));
     const lines = transactions.reduce((sum, tx) => sum + tx.length, 0);
@@ -167,7 +178,16 @@ class NftablesBackend implements Backend {
         return true;
       }
     }
-    return false;
+    const drift = await this.#skeleton.check(
+      [...this.#applied.values()].map((plan) => ({
+        ref: tableRef(plan.family, this.#table),
+        ruleCounts: skeletonRuleCounts(plan, this.#renderOptions(this.#generation)),
+      })),
+    );
+    if (drift === undefined) return false;
+    logger.info("nftables {drift}", { drift });
+    this.#needFull = true;
+    return true;
   }
 
   inspect(plans: Plan[]): KernelInspection {
@@ -205,6 +225,7 @@ class NftablesBackend implements Backend {
       }
     }
     this.#applied.clear();
+    this.#skeleton.reset();
     this.#needFull = true;
   }
 }

@@ -1,8 +1,10 @@
 /**
  * A synthetic cluster for the benchmarks, as raw API objects: `services`
  * ClusterIP services (port 80/TCP → 8080) in namespace `bench`, each with one
- * EndpointSlice of `endpointsPerService` ready endpoints on node-b, plus the
- * Node objects. Endpoint addresses come from a generation number, so a
+ * EndpointSlice of `endpointsPerService` ready endpoints, plus the Node
+ * objects. One endpoint in {@linkcode LOCAL_ENDPOINT_EVERY} runs on node-a, the
+ * node under test (300 at 30k × 10, a full node's worth of pods); the rest on
+ * node-b. Endpoint addresses come from a generation number, so a
  * change ("move endpoint 0 of service i to generation g") is reproducible and
  * checkable.
  *
@@ -43,6 +45,14 @@ export function endpointIP(
   return `10.${128 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`;
 }
 
+/** One endpoint position in this many is on node-a, the node under test. */
+export const LOCAL_ENDPOINT_EVERY = 1000;
+
+/** The node of endpoint `j` of service `index`. */
+export function endpointNode(index: number, j: number, perService: number): string {
+  return (index * perService + j) % LOCAL_ENDPOINT_EVERY === 0 ? "node-a" : "node-b";
+}
+
 /** The Service object of `index`. */
 export function serviceObject(index: number): ApiObject {
   return {
@@ -68,7 +78,7 @@ export function sliceObject(
     endpoints.push({
       addresses: [endpointIP(index, j, perService, generation)],
       conditions: { ready: true, serving: true, terminating: false },
-      nodeName: "node-b",
+      nodeName: endpointNode(index, j, perService),
     });
   }
   return {

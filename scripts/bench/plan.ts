@@ -1,21 +1,23 @@
 /**
  * The synthetic Plan the benchmarks render and load: `count` ClusterIP
  * services (port 80/TCP → 8080) in namespace `bench`, each with `perService`
- * ready endpoints on another node (the same services `cluster.ts` serves as
- * API objects), and the row every sync measurement of it fills.
+ * ready endpoints, placed on nodes as `cluster.ts` places them (the same
+ * services it serves as API objects), and the row every sync measurement of
+ * it fills.
  *
  * @module
  */
 
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { endpointNode } from "./cluster.ts";
 
-function endpoint(index: number): PlanEndpoint {
+function endpoint(address: number, nodeName: string): PlanEndpoint {
   return {
-    ip: `10.${128 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`,
+    ip: `10.${128 + (address >> 16)}.${(address >> 8) & 255}.${address & 255}`,
     port: 8080,
-    nodeName: "node-b",
+    nodeName,
     zone: "",
-    isLocal: false,
+    isLocal: nodeName === "node-a",
     ready: true,
     serving: true,
     terminating: false,
@@ -61,7 +63,8 @@ export function benchPlan(
   for (let i = 0; i < count; i++) {
     const endpoints: PlanEndpoint[] = [];
     for (let j = 0; j < perService; j++) {
-      endpoints.push(endpoint(i * perService + j + (i === options.shift && j === 0 ? 1 << 22 : 0)));
+      const address = i * perService + j + (i === options.shift && j === 0 ? 1 << 22 : 0);
+      endpoints.push(endpoint(address, endpointNode(i, j, perService)));
     }
     endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
     const every = options.affinityEvery ?? 0;

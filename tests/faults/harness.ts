@@ -9,6 +9,7 @@
 
 import assert from "node:assert/strict";
 import { renderFull } from "../../backends/nftables/render.ts";
+import type { Backend } from "../../backends/backend.ts";
 import { main, type RunningApp } from "../../lib/app.ts";
 import type { Config } from "../../lib/config_types.ts";
 import type { NodePlans } from "../../lib/plan.ts";
@@ -293,6 +294,8 @@ export interface StartOptions {
   executor: Executor;
   /** Extra flags after the defaults (later flags win). */
   args?: string[];
+  /** The backend to use instead of the one the flags select. */
+  backend?: Backend;
 }
 
 /**
@@ -316,6 +319,7 @@ export async function startKproxy(options: StartOptions): Promise<RunningKproxy>
   ], {
     source: options.source,
     executor: options.executor,
+    backend: options.backend,
     signal: controller.signal,
     handleSignals: false,
     setupLogging: false,

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import { serviceObjectName } from "../../backends/nftables/names.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import { type Command, CommandError, FakeExecutor } from "../../lib/exec.ts";
+import { type Command, CommandError, type CommandResult, FakeExecutor } from "../../lib/exec.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 
@@ -122,13 +122,58 @@ Deno.test("createNftablesBackend() upgrades a partial sync without a recorded pr
   assert.equal(result.full, true);
 });
 
-Deno.test("createNftablesBackend() checkDrift() reads only the canary set", async (t) => {
+/**
+ * Answers nft as a kernel holding the rules of the last `nft -f` would: the
+ * canary set and `list chain` of any chain written, after `tamper` edits them.
+ */
+class FakeNftKernel {
+  readonly chains = new Map<string, string[]>();
+  generation = 0;
+
+  handle = (command: Command): CommandResult => ({
+    code: 0,
+    stdout: "",
+    stderr: "",
+    ...this.#answer(command),
+  });
+
+  #answer(command: Command): Partial<CommandResult> {
+    const args = command.args;
+    if (args[0] === "-f") {
+      for (const line of (command.stdin ?? "").split("\n")) {
+        if (line === "delete table ip kproxy") this.chains.clear();
+        const rule = line.match(/^add rule ip kproxy (\S+) (.*)$/);
+        if (rule) this.chains.set(rule[1]!, [...this.chains.get(rule[1]!) ?? [], rule[2]!]);
+        const canary = line.match(/^add element ip kproxy canary \{ (\d+) \}$/);
+        if (canary) this.generation = Number(canary[1]);
+      }
+      return { code: 0 };
+    }
+    if (args.join(" ") === "list set ip kproxy canary") {
+      const hex = this.generation.toString(16).padStart(8, "0");
+      return {
+        code: 0,
+        stdout:
+          `table ip kproxy {\n\tset canary {\n\t\ttype mark\n\t\telements = { 0x${hex} }\n\t}\n}\n`,
+      };
+    }
+    if (args.slice(0, 4).join(" ") === "list chain ip kproxy") {
+      const rules = this.chains.get(args[4]!);
+      if (rules === undefined) return { code: 1, stderr: "Error: No such file or directory" };
+      const body = rules.map((rule) => `\t\t${rule}\n`).join("");
+      return { code: 0, stdout: `table ip kproxy {\n\tchain ${args[4]} {\n${body}\t}\n}\n` };
+    }
+    return { code: 0 };
+  }
+}
+
+function driftBackend(kernel: FakeNftKernel, executor = new FakeExecutor(kernel.handle)) {
+  const config = defaultConfig("node-a");
+  return createNftablesBackend({ executor, config, driftCheckBudget: 1 });
+}
+
+Deno.test("createNftablesBackend() checkDrift() reads the canary set first", async (t) => {
   const cases: [string, { code: number; stdout?: string; stderr?: string }, boolean][] = [
-    ["same generation", {
-      code: 0,
-      stdout:
-        "table ip kproxy {\n\tset canary {\n\t\ttype mark\n\t\telements = { 0x00000001 }\n\t}\n}",
-    }, false],
     ["older generation", {
       code: 0,
       stdout: "set canary {\n\t\ttype mark\n\t\telements = { 0x00000000 }\n\t}",
@@ -141,14 +186,45 @@ Deno.test("createNftablesBackend() checkDrift() reads only the canary set", asyn
   ];
   for (const [name, reply, drifted] of cases) {
     await t.step(name, async () => {
-      const executor = new FakeExecutor();
-      const nft = backend(executor);
+      const kernel = new FakeNftKernel();
+      const executor = new FakeExecutor(kernel.handle);
+      const nft = driftBackend(kernel, executor);
       await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
       executor.reply(reply);
       assert.equal(await nft.checkDrift!(), drifted);
       assert.deepEqual(executor.calls.at(-1)!.args, ["list", "set", "ip", "kproxy", "canary"]);
       const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
       assert.equal(next.full, drifted);
+    });
+  }
+});
+
+Deno.test("createNftablesBackend() checkDrift() catches an edited skeleton chain", async (t) => {
+  const cases: [string, (chains: Map<string, string[]>) => void, boolean][] = [
+    ["untouched", () => {}, false],
+    ["nat-prerouting flushed", (chains) => chains.set("nat-prerouting", []), true],
+    ["a services rule deleted", (chains) => chains.get("services")!.pop(), true],
+    [
+      "a rule added to filter-forward",
+      (chains) => chains.get("filter-forward")!.push("drop"),
+      true,
+    ],
+    ["a masquerading rule replaced", (chains) => {
+      chains.get("masquerading")![3] = "accept";
+    }, true],
+    ["firewall-check deleted", (chains) => chains.delete("firewall-check"), true],
+  ];
+  for (const [name, tamper, drifted] of cases) {
+    await t.step(name, async () => {
+      const kernel = new FakeNftKernel();
+      const nft = driftBackend(kernel);
+      await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+      assert.equal(await nft.checkDrift!(), false, "clean after the full sync");
+      tamper(kernel.chains);
+      assert.equal(await nft.checkDrift!(), drifted);
+      const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+      assert.equal(next.full, drifted);
+      assert.equal(await nft.checkDrift!(), false, "clean after the repair");
     });
   }
 });

@@ -245,7 +245,13 @@ Deno.test("renderIncremental() touches only the changed service ports", () => {
       s === changedService
         ? {
           ...s,
-          internal: { ...s.internal, endpoints: [endpoint("10.180.0.1"), endpoint("10.180.0.7")] },
+          internal: {
+            ...s.internal,
+            endpoints: [
+              endpoint("10.180.0.1"),
+              endpoint("10.180.0.7", { nodeName: "node-a", isLocal: true }),
+            ],
+          },
         }
         : s
     ),
@@ -262,6 +268,28 @@ Deno.test("renderIncremental() touches only the changed service ports", () => {
     "unchanged dispatch element is left alone",
   );
   assert.ok(script.includes("add element ip kproxy hairpin { 10.180.0.7 . 10.180.0.7 }"));
+});
+
+Deno.test("renderFull() lists in @hairpin only endpoints that can hairpin on this node", () => {
+  const script = renderFull(plan([
+    servicePort("ns", "web", {
+      internal: {
+        endpoints: [
+          endpoint("10.180.0.1"),
+          endpoint("10.180.0.2", { nodeName: "node-a", isLocal: true }),
+          endpoint("10.180.0.3", { nodeName: "" }),
+        ],
+        whenEmpty: "reject",
+        reason: "cluster",
+      },
+    }),
+  ])).toString();
+  const hairpin = script.split("\n").filter((line) =>
+    line.startsWith("add element ip kproxy hairpin")
+  );
+  assert.deepEqual(hairpin, [
+    "add element ip kproxy hairpin { 10.180.0.2 . 10.180.0.2, 10.180.0.3 . 10.180.0.3 }",
+  ]);
 });
 
 Deno.test("renderIncremental() keeps a cluster IP still used by a sibling port", () => {
