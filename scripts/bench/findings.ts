@@ -9,36 +9,38 @@
 
 /** Markdown paragraphs, one per finding. */
 export const PROFILE_NOTES: readonly string[] = [
-  "Runs of 2026-11-23. The full-sync and one-change sections were re-measured at 12:27–12:56 " +
-  "on an otherwise idle machine (load average ~1); start-up, memory, storm and data path come " +
-  "from the earlier run of 10:21, when other engineers' soak and kernel tests shared the 2-core " +
-  "machine (load average ~3), unless their date below says otherwise.",
-  "**nftables full sync (10k: 4.7 s, 30k: 19.5 s; targets 3 s / 12 s).** Rendering is 0.5 s / " +
-  "2.2 s of it. Loading the 30k script alone: `nft -f` 17.5–18.8 s, of which 9.8 s user time " +
-  "(nft's parser and evaluator on 360k lines) and 9.0 s system time (the kernel building 30k " +
-  "chains and 300k rules); `nft -c` of the same script costs 16.9 s, so nearly all of it is " +
-  "spent before the commit. The hairpin set (one element per endpoint) is 2.2 s of the 17.5 s; " +
-  "shortening chain names to `svc-HASH` saved 1.7 s (not adopted: the readable names match " +
-  "upstream's nftables mode and are what operators grep for). facts.md measured this layout at " +
-  "2.9 s / 10.3 s on its machine with fewer objects per service (no masquerade rule, no hairpin " +
-  "set). Next steps: one dnat rule per service instead of one per endpoint (needs a layout that " +
-  "keeps the commit cheap: the anonymous-map layouts in facts.md are 5× slower), and the hairpin " +
-  "check as one rule per service on `ct original` instead of a set element per endpoint.",
-  "**One endpoint change (1k: 42 ms, 10k: 162 ms, 30k: 505 ms end to end; target ≤ 100 ms " +
-  "flat).** The rule load is 436 ms of the 505 ms at 30k; planning and rendering are under " +
-  "50 ms, and the transaction touches only the changed service's chain and two hairpin elements. " +
-  "The load has two parts, measured on the loaded 30k table: (1) a floor of ~0.2 s that any " +
-  "`nft -f` pays, even one that only flushes the one-element canary set — nft 1.0.6 dumps " +
-  "every chain of the table into its cache first (≈100 netlink reads of 1.5 ms for 30k " +
-  "chains); the bench's floor column shows it growing with the table (12 / 41 / 122 ms); " +
-  "(2) ~0.2 s more when the replaced rules hold `dnat` (replacing them with `counter` rules " +
-  "costs only the floor): the kernel re-validates the whole table at commit when a rule with " +
-  "a validating expression is added. No newer nftables is packaged for this Debian release " +
-  "(bookworm-backports has none). Next steps: make endpoint replacements element-only (dnat " +
-  "targets in data maps, which add no verdicts and need no validation), which needs a layout " +
-  "that does not bind a map per service (each bound map costs at load, facts.md); or an nft " +
-  "with cache filtering (1.0.7+).",
-  "**Peak RSS (10k/100k: 417 MiB; 30k/300k: 833 MiB; target ≤ 200 MB).** The floor (Deno + " +
+  "Runs of 2026-11-23. The nftables full-sync, one-change, start-up and memory sections were " +
+  "re-measured at 14:11–14:16 on an otherwise idle machine (load average ~0.7), after the " +
+  "hairpin set was limited to endpoints that can hairpin on this node; the bench cluster now " +
+  "puts one endpoint in 1000 on the node under test (300 at 30k × 10, a full node's worth). " +
+  "The iptables rows, storm and data path come from the runs of 12:27–13:19 (dates below).",
+  "**nftables full sync (10k: 4.9 s, 30k: 17.4 s; targets 3 s / 12 s).** Rendering is 0.4 s / " +
+  "1.1 s of it. Until this run the hairpin set held `ep . ep` for every endpoint of the " +
+  "cluster (300k elements at 30k): 2.2 s of each 30k load, and 5.3 s and 300 MB for any " +
+  "`nft list chain`, since nft 1.0.6 fetches every set's elements first. A remote endpoint's " +
+  "own traffic to a service is DNATed on its own node, so only local endpoints (and those of " +
+  "unknown node) are listed now: 30k went from 19.5 s to 17.4 s and listing a chain from 5.3 s " +
+  "to 0.35 s, which made the skeleton drift check affordable. What remains is nft itself: " +
+  "loading the 30k script alone takes ~12.7 s (5.9 s user: nft's parser and evaluator on 360k " +
+  "lines; 6.8 s system: the kernel building 30k chains and 300k rules). Shortening chain names " +
+  "to `svc-HASH` saved 1.7 s (not adopted: the readable names match upstream's nftables mode " +
+  "and are what operators grep for). Next step: one dnat rule per service instead of one per " +
+  "endpoint, in a layout that keeps the commit cheap (the anonymous-map layouts in facts.md " +
+  "are 5× slower).",
+  "**One endpoint change (1k: 37 ms, 10k: 133 ms, 30k: 544 ms end to end; target ≤ 100 ms " +
+  "flat).** The rule load is 530 ms of the 544 ms at 30k; planning and rendering are under " +
+  "15 ms, and the transaction touches only the changed service's chain (and, for a local " +
+  "endpoint, two hairpin elements). The load has two parts, measured on the loaded 30k table: " +
+  "(1) a floor that any `nft -f` pays, even one that only flushes the one-element canary set " +
+  "(the floor column: 24 / 57 / 121 ms) — nft 1.0.6 dumps every chain of the table into its " +
+  "cache first; (2) the rest when the replaced rules hold `dnat` (replacing them with " +
+  "`counter` rules costs only the floor): the kernel re-validates the whole table at commit " +
+  "when a rule with a validating expression is added. No newer nftables is packaged for this " +
+  "Debian release (bookworm-backports has none). Next steps: make endpoint replacements " +
+  "element-only (dnat targets in data maps, which add no verdicts and need no validation), " +
+  "which needs a layout that does not bind a map per service (each bound map costs at load, " +
+  "facts.md); or an nft with cache filtering (1.0.7+).",
+  "**Peak RSS (10k/100k: 375 MiB; 30k/300k: 701 MiB; target ≤ 200 MB).** The floor (Deno + " +
   "client-node) is 116 MiB. `lib/source/kube.ts` `#list` keeps every page of raw JSON until the " +
   "whole list is in, then hands it to the tracker, which parses it into the model: at peak the " +
   "raw objects, the parsed state, the first plan and the rendered nft script (tens of MB of " +
@@ -46,8 +48,8 @@ export const PROFILE_NOTES: readonly string[] = [
   "delete pass), and render the first sync as a stream of chunks written to `nft`'s stdin " +
   "instead of one string; load only the kubeconfig part of client-node (`KubeConfig` alone " +
   "pulls the whole generated API, ~118 MB RSS per facts.md).",
-  "**Start-up to first sync at 10k (8.3 s; target 5 s).** Deno + client-node start: 1.2 s; " +
-  "listing from the fake apiserver: 0.6 s; the full nftables load: ~4.7 s (see above); the rest " +
+  "**Start-up to first sync at 10k (7.9 s; target 5 s).** Deno + client-node start: 0.7 s; " +
+  "listing from the fake apiserver: 0.5 s; the full nftables load: ~4.5 s (see above); the rest " +
   "is parsing and planning 10k services. It follows the full-sync fix and the memory fix above.",
   "**iptables.** kproxy writes kube-proxy's chains and, above 1000 endpoints, drops the " +
   "endpoint rules' comments as kube-proxy's large cluster mode does. Before that change the " +
