@@ -104,11 +104,12 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
 }
 
 /**
- * Known bug (docs/RELIABILITY.md): when a second service takes a node port (or
- * cluster IP and port) another service already holds, which the apiserver
- * prevents but a manifests directory does not, renderIncremental() adds a
- * map element whose key exists and nft rejects the transaction ("File
- * exists"); renderFull() silently keeps the first. The next full sync recovers.
+ * Regression test for a fixed bug (docs/RELIABILITY.md): when a second service
+ * takes a node port (or cluster IP and port) another service already holds,
+ * which the apiserver prevents but a manifests directory does not,
+ * renderIncremental() added a map element whose key existed and nft rejected
+ * the transaction ("File exists"). It now declines, and renderFull() keeps
+ * the first claimant.
  */
 const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (() => {
   const base: Plan = {
@@ -144,7 +145,6 @@ const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (
     changed: new Set(["default/a:/TCP"]),
   };
 })();
-const SHARED_NODE_PORT_FIXED = false;
 
 /** True when one CIDR of the list contains another. */
 function hasNested(cidrs: readonly string[]): boolean {
@@ -344,14 +344,14 @@ Deno.test({
 
       await t.step({
         name:
-          "nftables renderIncremental() when a new service reuses a node port (known bug, see docs/RELIABILITY.md)",
-        ignore: !SHARED_NODE_PORT_FIXED,
+          "nftables: a new service reusing a node port is rendered in full, which nft accepts (fixed bug)",
         async fn() {
           await checker.reset();
           const { previous, plan, changed } = SHARED_NODE_PORT;
           const base = nft.renderFull(previous).toString();
           assertAccepted(await checker.apply("nft", base), "nft -f (previous)", base);
-          const text = nft.renderIncremental({ plan, previous, changed })!.toString();
+          assert.equal(nft.renderIncremental({ plan, previous, changed }), undefined);
+          const text = nft.renderFull(plan).toString();
           assertAccepted(await checker.check("nft", text), "nft -c (shared node port)", text);
         },
       });

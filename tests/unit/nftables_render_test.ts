@@ -292,6 +292,33 @@ Deno.test("renderFull() lists in @hairpin only endpoints that can hairpin on thi
   ]);
 });
 
+Deno.test("renderIncremental() declines when a key it gains or loses is another service's", () => {
+  const first = servicePort("ns", "a", { clusterIPs: ["172.30.1.1"], nodePort: 30080 });
+  const second = servicePort("ns", "b", { clusterIPs: ["172.30.1.2"], nodePort: 30080 });
+  const other = servicePort("ns", "c", { clusterIPs: ["172.30.1.3"], nodePort: 30081 });
+  const both = plan([first, second, other]);
+  const added = new Set([second.id]);
+  assert.equal(
+    renderIncremental({ plan: both, previous: plan([first, other]), changed: added }),
+    undefined,
+  );
+  assert.equal(
+    renderIncremental({ plan: plan([first, other]), previous: both, changed: added }),
+    undefined,
+  );
+  const moved = plan([first, { ...second, nodePort: 30082 }, other]);
+  assert.equal(
+    renderIncremental({ plan: moved, previous: both, changed: added }),
+    undefined,
+    "b's old 30080 element is a's in the kernel",
+  );
+  const elsewhere = plan([first, second, { ...other, nodePort: 30083 }]);
+  assert.notEqual(
+    renderIncremental({ plan: elsewhere, previous: both, changed: new Set([other.id]) }),
+    undefined,
+  );
+});
+
 Deno.test("renderIncremental() keeps a cluster IP still used by a sibling port", () => {
   const dns = GOLDEN_PLANS["udp-multi-port"]!;
   const [tcp, udp] = dns.services;
