@@ -178,6 +178,7 @@ class NftablesBackend implements Backend {
         return true;
       }
     }
+    if (!this.#skeleton.due) return false;
     const drift = await this.#skeleton.check(
       [...this.#applied.values()].map((plan) => ({
         ref: tableRef(plan.family, this.#table),

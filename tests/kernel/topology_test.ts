@@ -5,6 +5,7 @@
  * another node (node-c), pod-b1 is on node-b in zone-b.
  */
 import assert from "node:assert/strict";
+import { modelService } from "../support/model_fixtures.ts";
 import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import type { EndpointHints, EndpointSlice, Node, Service } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
@@ -46,23 +47,13 @@ function node(name: string, zone: string): Node {
   };
 }
 
-const SERVICE = (trafficDistribution: string): Service => ({
-  namespace: "default",
-  name: "topo",
-  type: "ClusterIP",
-  clusterIPs: [CLUSTER_IP],
-  ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 0 }],
-  externalIPs: [],
-  loadBalancerIngress: [],
-  loadBalancerSourceRanges: [],
-  affinityTimeoutSeconds: 0,
-  internalTrafficPolicy: "Cluster",
-  externalTrafficPolicy: "Cluster",
-  healthCheckNodePort: 0,
-  trafficDistribution,
-  topologyKeys: [],
-  topologyMode: "",
-});
+const SERVICE = (trafficDistribution: string): Service =>
+  modelService({
+    name: "topo",
+    clusterIPs: [CLUSTER_IP],
+    ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 0 }],
+    trafficDistribution,
+  });
 
 interface Placement {
   ip: string;

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { modelService } from "../support/model_fixtures.ts";
 import type {
   EndpointSlice,
   IpFamily,
@@ -23,23 +24,7 @@ function port(spec: Partial<ServicePortSpec> = {}): ServicePortSpec {
 }
 
 function service(spec: Partial<Service> & { name: string }): Service {
-  return {
-    namespace: "default",
-    type: "ClusterIP",
-    clusterIPs: ["10.96.0.10"],
-    ports: [port()],
-    externalIPs: [],
-    loadBalancerIngress: [],
-    loadBalancerSourceRanges: [],
-    affinityTimeoutSeconds: 0,
-    internalTrafficPolicy: "Cluster",
-    externalTrafficPolicy: "Cluster",
-    healthCheckNodePort: 0,
-    trafficDistribution: "",
-    topologyKeys: [],
-    topologyMode: "",
-    ...spec,
-  };
+  return modelService({ ports: [port()], ...spec });
 }
 
 function endpoint(spec: Partial<SliceEndpoint> & { ip: string }): SliceEndpoint {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { modelService } from "../support/model_fixtures.ts";
 import { RecordingBackend } from "../../backends/recording.ts";
 import { ProxyHealth } from "../../lib/health.ts";
 import { ProxyMetrics } from "../../lib/metrics.ts";
@@ -12,24 +13,7 @@ import type { ServiceHealthInfo } from "../../lib/health.ts";
 const NODE = "node-a";
 
 function service(name: string, clusterIP: string, extra: Partial<Service> = {}): Service {
-  return {
-    namespace: "default",
-    name,
-    type: "ClusterIP",
-    clusterIPs: [clusterIP],
-    ports: [{ name: "", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 0 }],
-    externalIPs: [],
-    loadBalancerIngress: [],
-    loadBalancerSourceRanges: [],
-    affinityTimeoutSeconds: 0,
-    internalTrafficPolicy: "Cluster",
-    externalTrafficPolicy: "Cluster",
-    healthCheckNodePort: 0,
-    trafficDistribution: "",
-    topologyKeys: [],
-    topologyMode: "",
-    ...extra,
-  };
+  return modelService({ name, clusterIPs: [clusterIP], ...extra });
 }
 
 function slice(serviceName: string, ips: string[], nodeName = NODE): EndpointSlice {
