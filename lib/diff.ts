@@ -11,6 +11,7 @@ import type { Backend } from "../backends/backend.ts";
 import { type Command, type Executor, runChecked } from "./exec.ts";
 import {
   diffListings,
+  elementOwners,
   groupByService,
   type Listing,
   parseIptablesSave,
@@ -58,7 +59,10 @@ export async function kernelDiff(options: KernelDiffOptions): Promise<ServiceDif
   const parse: (text: string) => Listing = inspection.format === "nft"
     ? (text) => parseNftListing(text)
     : parseIptablesSave;
-  return groupByService(diffListings(parse(desiredText), parse(kernelText)));
+  return groupByService(
+    diffListings(parse(desiredText), parse(kernelText)),
+    elementOwners(options.plans),
+  );
 }
 
 async function listAll(executor: Executor, commands: Command[]): Promise<string> {

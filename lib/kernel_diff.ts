@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { Plan } from "./plan.ts";
+
 /** A listing: each block (chain, set, map) with its normalised lines. */
 export type Listing = Map<string, Set<string>>;
 
@@ -125,10 +127,14 @@ export function diffListings(desired: Listing, kernel: Listing): BlockDiff[] {
 
 /**
  * Groups block differences by the service they concern: a block named after
- * a service port (`svc-HASH-ns/name/…`), or lines that name one (a verdict
- * `goto svc-…-ns/name/…`, an iptables comment `"ns/name:port"`).
+ * a service port (`svc-HASH-ns/name/…`), lines that name one (a verdict
+ * `goto svc-…-ns/name/…`, an iptables comment `"ns/name:port"`), or lines
+ * `ownerOf` attributes (map elements keyed by a service's address and port).
  */
-export function groupByService(diffs: readonly BlockDiff[]): ServiceDiff[] {
+export function groupByService(
+  diffs: readonly BlockDiff[],
+  ownerOf: (line: string) => string | undefined = () => undefined,
+): ServiceDiff[] {
   const groups = new Map<string, BlockDiff[]>();
   const add = (service: string, diff: BlockDiff) => {
     const list = groups.get(service) ?? [];
@@ -149,7 +155,7 @@ export function groupByService(diffs: readonly BlockDiff[]): ServiceDiff[] {
     }
     for (const [side, lines] of [["added", diff.added], ["removed", diff.removed]] as const) {
       for (const line of lines) {
-        const service = serviceOf(line) ?? "(global)";
+        const service = serviceOf(line) ?? ownerOf(line) ?? "(global)";
         const entry: BlockDiff = { block: diff.block, added: [], removed: [] };
         entry[side].push(line);
         add(service, entry);
@@ -174,6 +180,28 @@ export function formatServiceDiffs(groups: readonly ServiceDiff[]): string {
     }
   }
   return out.join("\n") + "\n";
+}
+
+/** The service destinations of `plans` (`ip . proto . port`, node port `proto . port`) by owner. */
+export function elementOwners(plans: readonly Plan[]): (line: string) => string | undefined {
+  const owners = new Map<string, string>();
+  for (const plan of plans) {
+    for (const service of plan.services) {
+      const owner = `${service.namespace}/${service.name}`;
+      const proto = service.protocol.toLowerCase();
+      for (
+        const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]
+      ) {
+        owners.set(`${ip} . ${proto} . ${service.port}`, owner);
+      }
+      if (service.nodePort > 0) owners.set(`${proto} . ${service.nodePort}`, owner);
+    }
+  }
+  return (line) => {
+    const key = /^(\S+ \. [a-z]+ \. \d+)(?: |$)/.exec(line) ??
+      /^([a-z]+ \. \d+)(?: |$)/.exec(line);
+    return key === null ? undefined : owners.get(key[1]!);
+  };
 }
 
 function serviceOf(text: string): string | undefined {

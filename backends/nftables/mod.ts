@@ -19,6 +19,7 @@ import { SkeletonCheck } from "./drift.ts";
 import {
   CANARY_SET,
   DEFAULT_TABLE,
+  estimateElements,
   nftFamily,
   parseCanaryGeneration,
   renderDeleteTable,
@@ -183,6 +184,7 @@ class NftablesBackend implements Backend {
       [...this.#applied.values()].map((plan) => ({
         ref: tableRef(plan.family, this.#table),
         ruleCounts: skeletonRuleCounts(plan, this.#renderOptions(this.#generation)),
+        elements: estimateElements(plan),
       })),
     );
     if (drift === undefined) return false;

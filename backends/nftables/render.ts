@@ -77,7 +77,19 @@ export interface RenderOptions {
    * @default {true}
    */
   dropInvalid?: boolean;
+  /**
+   * A full sync writes the shared `dnat-E…` chains for 1 to this many
+   * endpoints whether or not a service port uses them, so an incremental sync
+   * never adds one (nft 1.0.6 cannot add a rule reading a slot map that is
+   * already in the kernel). A change to a count above it that no service
+   * port already uses takes a full sync.
+   * @default {64}
+   */
+  presetSlotChains?: number;
 }
+
+/** Default of {@linkcode RenderOptions.presetSlotChains}. */
+export const DEFAULT_PRESET_SLOT_CHAINS = 64;
 
 /** Maps a plan family to its nftables family. */
 export function nftFamily(family: IpFamily): NftFamily {
@@ -105,6 +117,8 @@ interface Context {
 /** nftables objects owned by one service port. */
 export interface ServiceObjects {
   chains: { chain: Chain; rules: string[] }[];
+  /** Chains shared with other service ports (`dnat-E…`), by name, with their rules. */
+  sharedChains: Map<string, string[]>;
   /** Affinity maps. */
   sets: NftSet[];
   /** Elements of the global maps and sets that only this service port owns. */
@@ -266,6 +280,224 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     throw new TypeError(`Cannot render protocol "${service.protocol}"`);
   }
   const servicePort = port(service.port, "service port");
+  const { internal, external } = service;
+  const externalAddresses = [...service.externalIPs, ...service.loadBalancerIPs].map((ip) =>
+    address(ctx, ip)
+  );
+  const routes = usesSlotMaps(service)
+    ? slotMapRoutes(ctx, service)
+    : chainRoutes(ctx, service, externalAddresses.length > 0 || service.nodePort > 0);
+
+  const elements: Element[] = [];
+  const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
+  for (const ip of clusterIPs) {
+    const key = [ip, proto, servicePort];
+    if (internal.endpoints.length > 0) {
+      elements.push(new Element({ set: "service-ips", key, value: routes.internal.verdict }));
+      elements.push(...routes.internal.slots("service-endpoints", key));
+    } else {
+      elements.push(
+        new Element({ set: "no-endpoint-services", key, value: verdictWhenEmpty(internal) }),
+      );
+    }
+  }
+  const dispatchExternal = external.endpoints.length > 0 || service.externalLocal;
+  for (const ip of externalAddresses) {
+    const key = [ip, proto, servicePort];
+    if (dispatchExternal) {
+      elements.push(new Element({ set: "service-ips", key, value: routes.external.verdict }));
+      elements.push(...routes.external.slots("service-endpoints", key));
+    }
+    if (external.endpoints.length === 0) {
+      elements.push(
+        new Element({ set: "no-endpoint-services", key, value: verdictWhenEmpty(external) }),
+      );
+    }
+  }
+  if (service.nodePort > 0) {
+    const key = [proto, port(service.nodePort, "node port")];
+    if (dispatchExternal) {
+      elements.push(new Element({ set: "service-nodeports", key, value: routes.nodePort.verdict }));
+      elements.push(...routes.nodePort.slots("nodeport-endpoints", key));
+    }
+    if (external.endpoints.length === 0) {
+      elements.push(
+        new Element({ set: "no-endpoint-nodeports", key, value: verdictWhenEmpty(external) }),
+      );
+    }
+  }
+  if (service.sourceRanges.length > 0) {
+    // Interval sets refuse overlapping elements: a covered range adds nothing.
+    const ranges = collapseCIDRs(service.sourceRanges.map((text) => {
+      const cidr = parseCIDR(text);
+      if (cidr === undefined || cidr.family !== ctx.family) {
+        throw new TypeError(`Cannot render source range "${text}": not an ${ctx.family} CIDR`);
+      }
+      return cidr.cidr;
+    }));
+    for (const lbIP of service.loadBalancerIPs.map((ip) => address(ctx, ip))) {
+      elements.push(new Element({ set: "firewall-ips", key: [lbIP, proto, servicePort] }));
+      for (const range of ranges) {
+        elements.push(
+          new Element({ set: "firewall-allow", key: [lbIP, proto, servicePort, range] }),
+        );
+      }
+    }
+  }
+  const endpointIPs = [
+    ...new Set(
+      [...internal.endpoints, ...external.endpoints].filter(mayHairpinHere).map((e) =>
+        address(ctx, e.ip)
+      ),
+    ),
+  ];
+  return {
+    chains: routes.chains,
+    sharedChains: routes.sharedChains,
+    sets: routes.sets,
+    elements,
+    clusterIPs,
+    endpointIPs,
+    affinityEndpoints: routes.affinityEndpoints,
+  };
+}
+
+/** Where one kind of traffic of a service port goes: a verdict, and the slot elements it reads. */
+interface Route {
+  verdict: string;
+  /** Slot elements (`key . j : endpoint`) for a dispatch key, in `map`. */
+  slots(map: SlotMap, key: string[]): Element[];
+}
+
+/** How a service port's traffic reaches its endpoints, and the objects that takes. */
+interface Routes {
+  internal: Route;
+  external: Route;
+  nodePort: Route;
+  chains: { chain: Chain; rules: string[] }[];
+  sharedChains: Map<string, string[]>;
+  sets: NftSet[];
+  affinityEndpoints: Map<string, string[]>;
+}
+
+/** The two slot maps: dispatch key and slot number to an endpoint's `addr . port`. */
+type SlotMap = "service-endpoints" | "nodeport-endpoints";
+
+/** Who gets the masquerade mark on the way to the endpoints. */
+type Masquerade = "none" | "all" | "non-local";
+
+/**
+ * Whether a service port takes the slot-map layout: its endpoints are
+ * elements of a global map, read through a chain shared by every service
+ * port with as many endpoints. Session affinity (a map written per client)
+ * and externalTrafficPolicy Local (one address, two endpoint lists) keep
+ * chains of their own.
+ */
+function usesSlotMaps(service: ServicePortPlan): boolean {
+  return service.affinityTimeoutSeconds <= 0 && !service.externalLocal;
+}
+
+function clusterMasquerade(ctx: Context, service: ServicePortPlan): Masquerade {
+  if (service.clusterIPMasquerade === "all") return "all";
+  if (service.clusterIPMasquerade === "non-local" && ctx.nonLocalMatch !== undefined) {
+    return "non-local";
+  }
+  return "none";
+}
+
+/** Name of the shared chain that picks one of `count` slots of `map`, marking as `masquerade` says. */
+export function slotChainName(map: SlotMap, count: number, masquerade: Masquerade): string {
+  const prefix = map === "service-endpoints" ? "dnat" : "nodeport-dnat";
+  const suffix = masquerade === "all"
+    ? "-masq"
+    : masquerade === "non-local"
+    ? "-masq-nonlocal"
+    : "";
+  return `${prefix}-${count}${suffix}`;
+}
+
+function slotChainRules(
+  ctx: Context,
+  map: SlotMap,
+  count: number,
+  masquerade: Masquerade,
+): string[] {
+  const rules: string[] = [];
+  if (masquerade === "all") rules.push(ctx.markSet);
+  if (masquerade === "non-local") rules.push(`${ctx.nonLocalMatch} ${ctx.markSet}`);
+  const key = map === "service-endpoints"
+    ? `${ctx.ipx} daddr . meta l4proto . th dport`
+    : "meta l4proto . th dport";
+  rules.push(`dnat ${ctx.ipx} to ${key} . numgen random mod ${count} map @${map}`);
+  return rules;
+}
+
+/** A shared chain a slot-map service port dispatches to. */
+interface SlotChain {
+  map: SlotMap;
+  count: number;
+  masquerade: Masquerade;
+}
+
+/**
+ * The shared chains a service port's dispatch elements go to: cheap (no
+ * element is built), so an incremental sync can ask it of every service port.
+ */
+function slotChainsOf(ctx: Context, service: ServicePortPlan): SlotChain[] {
+  if (!usesSlotMaps(service)) return [];
+  const chains: SlotChain[] = [];
+  const internal = service.internal.endpoints.length;
+  const external = service.external.endpoints.length;
+  if (internal > 0 && service.clusterIPs.length > 0) {
+    chains.push({
+      map: "service-endpoints",
+      count: internal,
+      masquerade: clusterMasquerade(ctx, service),
+    });
+  }
+  if (external > 0 && service.externalIPs.length + service.loadBalancerIPs.length > 0) {
+    chains.push({ map: "service-endpoints", count: external, masquerade: "all" });
+  }
+  if (external > 0 && service.nodePort > 0) {
+    chains.push({ map: "nodeport-endpoints", count: external, masquerade: "all" });
+  }
+  return chains;
+}
+
+function slotMapRoutes(ctx: Context, service: ServicePortPlan): Routes {
+  const route = (map: SlotMap, endpoints: PlanEndpoint[], masquerade: Masquerade): Route => {
+    const targets = endpoints.map((endpoint) =>
+      `${address(ctx, endpoint.ip)} . ${port(endpoint.port, "endpoint port")}`
+    );
+    return {
+      verdict: `goto ${slotChainName(map, targets.length, masquerade)}`,
+      slots: (set, key) =>
+        targets.map((value, j) => new Element({ set, key: [...key, String(j)], value })),
+    };
+  };
+  const sharedChains = new Map<string, string[]>();
+  for (const { map, count, masquerade } of slotChainsOf(ctx, service)) {
+    sharedChains.set(
+      slotChainName(map, count, masquerade),
+      slotChainRules(ctx, map, count, masquerade),
+    );
+  }
+  return {
+    internal: route(
+      "service-endpoints",
+      service.internal.endpoints,
+      clusterMasquerade(ctx, service),
+    ),
+    external: route("service-endpoints", service.external.endpoints, "all"),
+    nodePort: route("nodeport-endpoints", service.external.endpoints, "all"),
+    chains: [],
+    sharedChains,
+    sets: [],
+    affinityEndpoints: new Map(),
+  };
+}
+
+function chainRoutes(ctx: Context, service: ServicePortPlan, hasExternal: boolean): Routes {
   const suffix = serviceNameSuffix(service);
   const svcChain = objectName("svc", suffix);
   const extChain = objectName("ext", suffix);
@@ -301,25 +533,12 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
   };
 
   const svcRules: string[] = [];
-  if (service.clusterIPMasquerade === "all") {
-    svcRules.push(ctx.markSet);
-  } else if (service.clusterIPMasquerade === "non-local" && ctx.nonLocalMatch !== undefined) {
-    svcRules.push(`${ctx.nonLocalMatch} ${ctx.markSet}`);
-  }
-  svcRules.push(
-    ...endpointRules(
-      ctx,
-      service,
-      internal.endpoints,
-      affinityMap("aff", internal),
-    ),
-  );
+  const masquerade = clusterMasquerade(ctx, service);
+  if (masquerade === "all") svcRules.push(ctx.markSet);
+  if (masquerade === "non-local") svcRules.push(`${ctx.nonLocalMatch} ${ctx.markSet}`);
+  svcRules.push(...endpointRules(ctx, service, internal.endpoints, affinityMap("aff", internal)));
   const chains = [{ chain: new Chain({ name: svcChain }), rules: svcRules }];
 
-  const externalAddresses = [...service.externalIPs, ...service.loadBalancerIPs].map((ip) =>
-    address(ctx, ip)
-  );
-  const hasExternal = externalAddresses.length > 0 || service.nodePort > 0;
   if (hasExternal) {
     const same = sameEndpoints(internal, external);
     const extMapKind = same ? "aff" : "affx";
@@ -342,92 +561,17 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     }
     chains.push({ chain: new Chain({ name: extChain }), rules: extRules });
   }
-
-  const elements: Element[] = [];
-  const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
-  for (const ip of clusterIPs) {
-    elements.push(
-      internal.endpoints.length > 0
-        ? new Element({
-          set: "service-ips",
-          key: [ip, proto, servicePort],
-          value: `goto ${svcChain}`,
-        })
-        : new Element({
-          set: "no-endpoint-services",
-          key: [ip, proto, servicePort],
-          value: verdictWhenEmpty(internal),
-        }),
-    );
-  }
-  const dispatchExternal = external.endpoints.length > 0 || service.externalLocal;
-  for (const ip of externalAddresses) {
-    if (dispatchExternal) {
-      elements.push(
-        new Element({
-          set: "service-ips",
-          key: [ip, proto, servicePort],
-          value: `goto ${extChain}`,
-        }),
-      );
-    }
-    if (external.endpoints.length === 0) {
-      elements.push(
-        new Element({
-          set: "no-endpoint-services",
-          key: [ip, proto, servicePort],
-          value: verdictWhenEmpty(external),
-        }),
-      );
-    }
-  }
-  if (service.nodePort > 0) {
-    const nodePort = port(service.nodePort, "node port");
-    if (dispatchExternal) {
-      elements.push(
-        new Element({
-          set: "service-nodeports",
-          key: [proto, nodePort],
-          value: `goto ${extChain}`,
-        }),
-      );
-    }
-    if (external.endpoints.length === 0) {
-      elements.push(
-        new Element({
-          set: "no-endpoint-nodeports",
-          key: [proto, nodePort],
-          value: verdictWhenEmpty(external),
-        }),
-      );
-    }
-  }
-  if (service.sourceRanges.length > 0) {
-    // Interval sets refuse overlapping elements: a covered range adds nothing.
-    const ranges = collapseCIDRs(service.sourceRanges.map((text) => {
-      const cidr = parseCIDR(text);
-      if (cidr === undefined || cidr.family !== ctx.family) {
-        throw new TypeError(`Cannot render source range "${text}": not an ${ctx.family} CIDR`);
-      }
-      return cidr.cidr;
-    }));
-    for (const lbIP of service.loadBalancerIPs.map((ip) => address(ctx, ip))) {
-      elements.push(new Element({ set: "firewall-ips", key: [lbIP, proto, servicePort] }));
-      for (const range of ranges) {
-        elements.push(
-          new Element({ set: "firewall-allow", key: [lbIP, proto, servicePort, range] }),
-        );
-      }
-    }
-  }
-  const endpointIPs = [
-    ...new Set(
-      [...internal.endpoints, ...external.endpoints].filter(mayHairpinHere).map((e) =>
-        address(ctx, e.ip)
-      ),
-    ),
-  ];
-  return { chains, sets, elements, clusterIPs, endpointIPs, affinityEndpoints };
+  const noSlots = () => [];
+  const toExternal: Route = { verdict: `goto ${extChain}`, slots: noSlots };
+  return {
+    internal: { verdict: `goto ${svcChain}`, slots: noSlots },
+    external: toExternal,
+    nodePort: toExternal,
+    chains,
+    sharedChains: new Map(),
+    sets,
+    affinityEndpoints,
+  };
 }
 
 /**
@@ -496,6 +640,20 @@ function skeleton(ctx: Context, dropInvalid: boolean): { sets: NftSet[]; chains:
       type: `${tuple} . ${addrType}`,
       flags: ["interval"],
       comment: "allowed sources per firewalled destination",
+    }),
+    new NftSet({
+      name: "service-endpoints",
+      type: `${ipx} daddr . meta l4proto . th dport . numgen random mod 1`,
+      dataType: `${ipx} daddr . th dport`,
+      typeOf: true,
+      comment: "service address . proto . port . slot: endpoint address . port",
+    }),
+    new NftSet({
+      name: "nodeport-endpoints",
+      type: "meta l4proto . th dport . numgen random mod 1",
+      dataType: `${ipx} daddr . th dport`,
+      typeOf: true,
+      comment: "proto . node port . slot: endpoint address . port",
     }),
     new NftSet({
       name: "hairpin",
@@ -608,6 +766,21 @@ export function skeletonRuleCounts(plan: Plan, options: RenderOptions = {}): Map
   return new Map(chains.map((chain) => [chain.name, chain.rules.length]));
 }
 
+/**
+ * About how many set and map elements {@linkcode renderFull} writes for
+ * `plan`, counted without rendering it: what listing the table costs.
+ */
+export function estimateElements(plan: Plan): number {
+  let count = 0;
+  for (const service of plan.services) {
+    const external = service.externalIPs.length + service.loadBalancerIPs.length +
+      (service.nodePort > 0 ? 1 : 0);
+    count += service.clusterIPs.length * (2 + service.internal.endpoints.length) +
+      external * (1 + service.external.endpoints.length);
+  }
+  return count;
+}
+
 function canary(tx: Transaction, generation: number, fresh: boolean): void {
   if (!Number.isInteger(generation) || generation < 0 || generation > 0xffffffff) {
     throw new RangeError(`Cannot write canary generation "${generation}": not a 32-bit number`);
@@ -636,6 +809,49 @@ function addressElements(ctx: Context, set: string, values: string[]): Element[]
     }
     return new Element({ set, key: [cidr.cidr] });
   });
+}
+
+const DISPATCH_MAPS: ReadonlySet<string> = new Set(["service-ips", "service-nodeports"]);
+
+/** The id of the dispatch element a slot element belongs to, or undefined for other elements. */
+function dispatchIdOfSlot(element: Element): string | undefined {
+  const { set, key } = element.options;
+  if (set === "service-endpoints") return `service-ips ${key.slice(0, -1).join(" . ")}`;
+  if (set === "nodeport-endpoints") return `service-nodeports ${key.slice(0, -1).join(" . ")}`;
+  return undefined;
+}
+
+function addSharedChain(tx: Transaction, name: string, rules: string[]): void {
+  tx.add(new Chain({ name }));
+  for (const rule of rules) tx.add(new Rule({ chain: name, rule }));
+}
+
+function presetCount(options: RenderOptions): number {
+  const count = options.presetSlotChains ?? DEFAULT_PRESET_SLOT_CHAINS;
+  if (!Number.isInteger(count) || count < 0 || count > 4096) {
+    throw new RangeError(`Cannot preset "${count}" slot chains: not an integer from 0 to 4096`);
+  }
+  return count;
+}
+
+/** The shared chains every full sync writes: each kind, for 1 to `count` endpoints. */
+function presetSlotChains(ctx: Context, count: number): Map<string, string[]> {
+  const kinds: [SlotMap, Masquerade][] = [
+    ["service-endpoints", "none"],
+    ["service-endpoints", "all"],
+    ["nodeport-endpoints", "all"],
+  ];
+  if (ctx.nonLocalMatch !== undefined) kinds.push(["service-endpoints", "non-local"]);
+  const chains = new Map<string, string[]>();
+  for (const [map, masquerade] of kinds) {
+    for (let endpoints = 1; endpoints <= count; endpoints++) {
+      chains.set(
+        slotChainName(map, endpoints, masquerade),
+        slotChainRules(ctx, map, endpoints, masquerade),
+      );
+    }
+  }
+  return chains;
 }
 
 function addService(tx: Transaction, objects: ServiceObjects): void {
@@ -683,22 +899,35 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
 
   const seen = new Set<string>();
   const elements = new Map<string, Element[]>();
-  const addOnce = (element: Element) => {
-    const key = `${element.options.set} ${element.keyText}`;
-    if (seen.has(key)) return;
-    seen.add(key);
+  // Dispatch element id to the service port that claimed it: slot elements
+  // follow their dispatch key's owner, the first claimant in plan order.
+  const owners = new Map<string, string>();
+  const addOnce = (element: Element, owner: string) => {
+    const id = elementId(element);
+    const dispatch = dispatchIdOfSlot(element);
+    if (dispatch !== undefined && owners.get(dispatch) !== owner) return;
+    if (seen.has(id)) return;
+    seen.add(id);
+    if (DISPATCH_MAPS.has(element.options.set)) owners.set(id, owner);
     const list = elements.get(element.options.set);
     if (list === undefined) elements.set(element.options.set, [element]);
     else list.push(element);
   };
+  const sharedChains = presetSlotChains(ctx, presetCount(options));
   for (const service of plan.services) {
     const objects = tryServiceObjects(ctx, service);
     if (objects === undefined) continue;
     addService(tx, objects);
-    for (const element of objects.elements) addOnce(element);
-    for (const ip of objects.clusterIPs) addOnce(new Element({ set: "cluster-ips", key: [ip] }));
-    for (const ip of objects.endpointIPs) addOnce(new Element({ set: "hairpin", key: [ip, ip] }));
+    for (const [name, rules] of objects.sharedChains) sharedChains.set(name, rules);
+    for (const element of objects.elements) addOnce(element, service.id);
+    for (const ip of objects.clusterIPs) {
+      addOnce(new Element({ set: "cluster-ips", key: [ip] }), service.id);
+    }
+    for (const ip of objects.endpointIPs) {
+      addOnce(new Element({ set: "hairpin", key: [ip, ip] }), service.id);
+    }
   }
+  for (const [name, rules] of sharedChains) addSharedChain(tx, name, rules);
   // Grouped per set, so the transaction writes many elements per line.
   for (const list of elements.values()) {
     for (const element of list) tx.add(element);
@@ -808,7 +1037,25 @@ export function renderIncremental(
       }
     }
   }
-  // 4. New and rewritten objects.
+  // 4. New and rewritten objects. Shared chains are written by full syncs
+  //    only: one the changed service ports now need must be a preset one,
+  //    or one a service port already dispatches to.
+  const preset = presetSlotChains(ctx, presetCount(options));
+  const oldShared = new Set(oldObjects.flatMap((o) => [...o.sharedChains.keys()]));
+  const missing = new Set<string>();
+  for (const objects of newObjects.values()) {
+    for (const name of objects.sharedChains.keys()) {
+      if (!oldShared.has(name) && !preset.has(name)) missing.add(name);
+    }
+  }
+  for (const service of plan.services) {
+    if (missing.size === 0) break;
+    if (changed.has(service.id)) continue;
+    for (const { map, count, masquerade } of slotChainsOf(ctx, service)) {
+      missing.delete(slotChainName(map, count, masquerade));
+    }
+  }
+  if (missing.size > 0) return undefined;
   for (const objects of newObjects.values()) {
     for (const set of objects.sets) {
       const old = oldSets.get(set.options.name);

@@ -141,6 +141,11 @@ export interface SetOptions {
   type: string;
   /** Data type for maps, e.g. `verdict`; absent for sets. */
   dataType?: string;
+  /**
+   * `type` and `dataType` are expressions whose types nft takes (`typeof ip
+   * daddr . numgen random mod 1`), for keys no named type spells.
+   */
+  typeOf?: boolean;
   flags?: ("interval" | "dynamic" | "timeout")[];
   /** Default element timeout in seconds. */
   timeoutSeconds?: number;
@@ -170,10 +175,11 @@ export class NftSet implements NftObject {
   }
 
   write(verb: Verb, where: TableRef): string {
-    const { name, type, dataType, flags, timeoutSeconds, size, comment } = this.options;
+    const { name, type, dataType, typeOf, flags, timeoutSeconds, size, comment } = this.options;
     const head = `${verb} ${this.kind} ${where.family} ${where.table} ${name}`;
     if (verb !== "add") return head;
-    const parts = [`type ${type}${dataType === undefined ? "" : ` : ${dataType}`} ;`];
+    const declared = typeOf === true ? "typeof" : "type";
+    const parts = [`${declared} ${type}${dataType === undefined ? "" : ` : ${dataType}`} ;`];
     if (flags !== undefined && flags.length > 0) parts.push(`flags ${flags.join(",")} ;`);
     if (timeoutSeconds !== undefined) parts.push(`timeout ${timeoutSeconds}s ;`);
     if (size !== undefined) parts.push(`size ${size} ;`);

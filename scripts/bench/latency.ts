@@ -191,7 +191,10 @@ async function kernelAddresses(mode: BenchMode, namespace: string): Promise<Set<
       : { program: "iptables-nft-save", args: ["-t", "nat"], timeoutMs: 300_000 },
   );
   if (result.code !== 0) throw new Error(`Cannot list the ${mode} ruleset: ${result.stderr}`);
-  const targets = result.stdout.matchAll(/(?:dnat to |--to-destination )(\d+\.\d+\.\d+\.\d+)/g);
+  // `dnat to IP:port` rules, `--to-destination` targets and slot-map elements (`… : IP . port`).
+  const targets = result.stdout.matchAll(
+    /(?:dnat to |--to-destination |: )(\d+\.\d+\.\d+\.\d+)(?=[: ])/g,
+  );
   return new Set([...targets].map((match) => match[1]!));
 }
 

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
+import { plan, servicePort } from "../golden/nftables/fixtures.ts";
 import {
   diffListings,
+  elementOwners,
   formatServiceDiffs,
   groupByService,
   parseIptablesSave,
@@ -71,6 +73,22 @@ Deno.test("groupByService() attributes changed rules and elements to their servi
   assert.match(text, /- dnat to 10\.244\.2\.99:8080/);
   assert.match(text, /\+ dnat to 10\.244\.2\.10:8080/);
   assert.match(text, /\+ 10\.96\.0\.10 \. tcp \. 80 : goto svc-FX4C5CAQ-default\/web/);
+});
+
+Deno.test("groupByService() attributes slot-map and dispatch elements by their key", () => {
+  const owners = elementOwners([
+    plan([servicePort("ns1", "web", { clusterIPs: ["172.30.0.10"], nodePort: 30080 })]),
+  ]);
+  const groups = groupByService([
+    {
+      block: "ip map service-endpoints",
+      added: ["172.30.0.10 . tcp . 80 . 1 : 10.180.0.2 . 8080"],
+      removed: ["tcp . 30080 . 0 : 10.180.0.1 . 8080", "172.30.9.9 . tcp . 80 . 0 : 10.1.1.1 . 80"],
+    },
+  ], owners);
+  assert.deepEqual(groups.map((g) => g.service), ["ns1/web", "(global)"]);
+  assert.deepEqual(groups[0]!.blocks[0]!.added, ["172.30.0.10 . tcp . 80 . 1 : 10.180.0.2 . 8080"]);
+  assert.deepEqual(groups[0]!.blocks[0]!.removed, ["tcp . 30080 . 0 : 10.180.0.1 . 8080"]);
 });
 
 Deno.test("diffListings() reports stale and missing blocks", () => {

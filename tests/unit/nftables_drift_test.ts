@@ -1,8 +1,14 @@
 import assert from "node:assert/strict";
-import { parseChainListing, ruleLines, SkeletonCheck } from "../../backends/nftables/drift.ts";
+import { parseTableChains, ruleLines, SkeletonCheck } from "../../backends/nftables/drift.ts";
 import { FakeExecutor } from "../../lib/exec.ts";
 
 const BASE_CHAIN = `table ip kproxy {
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 172.30.0.10 . tcp . 80 : goto dnat-2,
+			     172.30.0.11 . tcp . 80 : goto dnat-1 }
+	}
+
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		jump services # handle 12
@@ -11,20 +17,26 @@ const BASE_CHAIN = `table ip kproxy {
 }
 `;
 
-Deno.test("parseChainListing() keeps the declaration and rules, drops handles and counts", () => {
-  const lines = parseChainListing(BASE_CHAIN);
+Deno.test("parseTableChains() keeps each chain's declaration and rules, drops handles and counts", () => {
+  const chains = parseTableChains(BASE_CHAIN);
+  assert.deepEqual([...chains.keys()], ["nat-prerouting"]);
+  const lines = chains.get("nat-prerouting")!;
   assert.deepEqual(lines, [
     "type nat hook prerouting priority dstnat; policy accept;",
     "jump services",
     "counter jump services",
   ]);
   assert.deepEqual(ruleLines(lines), ["jump services", "counter jump services"]);
-  assert.deepEqual(parseChainListing("table ip kproxy {\n\tchain empty {\n\t}\n}\n"), []);
+  assert.deepEqual(
+    parseTableChains("table ip kproxy {\n\tchain empty {\n\t}\n}\n").get("empty"),
+    [],
+  );
 });
 
 const TARGET = {
   ref: { family: "ip" as const, table: "kproxy" },
   ruleCounts: new Map([["nat-prerouting", 2]]),
+  elements: 2,
 };
 
 Deno.test("SkeletonCheck spaces its listings so they take at most the budget", async () => {
@@ -63,7 +75,8 @@ Deno.test("SkeletonCheck waits for the next full sync after a listing slower tha
 
 Deno.test("SkeletonCheck reports a missing chain, a wrong count and an edit of its baseline", async (t) => {
   const replies: [string, { code: number; stdout?: string; stderr?: string }, RegExp][] = [
-    ["missing chain", { code: 1, stderr: "Error: No such file or directory" }, /cannot be listed/],
+    ["missing table", { code: 1, stderr: "Error: No such file or directory" }, /cannot be listed/],
+    ["missing chain", { code: 0, stdout: "table ip kproxy {\n}\n" }, /nat-prerouting is missing/],
     [
       "flushed chain",
       { code: 0, stdout: "table ip kproxy {\n\tchain nat-prerouting {\n\t}\n}\n" },
@@ -84,4 +97,16 @@ Deno.test("SkeletonCheck reports a missing chain, a wrong count and an edit of i
       assert.match((await check.check([TARGET])) ?? "no drift", expected);
     });
   }
+});
+
+Deno.test("SkeletonCheck does not list a table whose element count predicts more than maxCheckMs", async () => {
+  const executor = new FakeExecutor(() => ({ code: 0, stdout: BASE_CHAIN, stderr: "" }));
+  const check = new SkeletonCheck({ executor, budget: 1, maxCheckMs: 1_000 });
+  // 0.03 ms per element until a listing is measured: 40k elements predict 1.2 s.
+  assert.equal(await check.check([{ ...TARGET, elements: 40_000 }]), undefined);
+  assert.equal(executor.calls.length, 0);
+  assert.equal(check.due, false, "not again before the next full sync");
+  check.reset();
+  assert.equal(await check.check([{ ...TARGET, elements: 20_000 }]), undefined);
+  assert.equal(executor.calls.length, 1);
 });

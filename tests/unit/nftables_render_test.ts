@@ -92,15 +92,43 @@ Deno.test("renderFull() replaces the table atomically", () => {
   ]);
 });
 
-Deno.test("renderFull() picks endpoints uniformly with numgen rules", () => {
+Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain picks from", () => {
   const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
   const service = servicePort("ns", "four", {
+    clusterIPs: ["172.30.0.4"],
     clusterIPMasquerade: "none",
     internal: { endpoints, whenEmpty: "reject", reason: "" },
     external: { endpoints, whenEmpty: "reject", reason: "" },
   });
   const objects = serviceObjects(plan([service]), service);
-  const rules = objects.chains[0]!.rules;
+  assert.deepEqual(objects.chains, [], "no chain of its own");
+  assert.deepEqual([...objects.sharedChains], [[
+    "dnat-4",
+    ["dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 4 map @service-endpoints"],
+  ]]);
+  assert.deepEqual(
+    objects.elements.map((e) => `${e.options.set} ${e.keyText} : ${e.options.value}`),
+    [
+      "service-ips 172.30.0.4 . tcp . 80 : goto dnat-4",
+      "service-endpoints 172.30.0.4 . tcp . 80 . 0 : 10.1.0.1 . 8080",
+      "service-endpoints 172.30.0.4 . tcp . 80 . 1 : 10.1.0.2 . 8080",
+      "service-endpoints 172.30.0.4 . tcp . 80 . 2 : 10.1.0.3 . 8080",
+      "service-endpoints 172.30.0.4 . tcp . 80 . 3 : 10.1.0.4 . 8080",
+    ],
+  );
+});
+
+Deno.test("serviceObjects() with session affinity picks endpoints uniformly with numgen rules", () => {
+  const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
+  const service = servicePort("ns", "four", {
+    affinityTimeoutSeconds: 600,
+    clusterIPMasquerade: "none",
+    internal: { endpoints, whenEmpty: "reject", reason: "" },
+    external: { endpoints, whenEmpty: "reject", reason: "" },
+  });
+  const objects = serviceObjects(plan([service]), service);
+  const [lookup, ...rules] = objects.chains[0]!.rules;
+  assert.match(lookup!, /dnat ip to ip saddr map @aff-/);
   assert.equal(rules.length, 4);
   let remaining = 1;
   const chance: number[] = [];
@@ -122,8 +150,8 @@ Deno.test("renderFull() creates no per-service set without affinity", () => {
     .toString();
   assert.equal(
     script.match(/^add (set|map) /gm)?.length,
-    11,
-    "10 global sets and maps plus the canary",
+    13,
+    "12 global sets and maps plus the canary",
   );
 });
 
@@ -159,9 +187,14 @@ Deno.test("serviceObjects() renders each masquerade mode and local detector", as
   for (const [name, options, mode, expected] of cases) {
     await t.step(name, () => {
       const service = servicePort("ns", "m", { clusterIPMasquerade: mode });
-      const first = serviceObjects(plan([service], options), service).chains[0]!.rules[0]!;
-      if (expected === undefined) assert.match(first, /^numgen/);
-      else assert.equal(first, expected);
+      const objects = serviceObjects(plan([service], options), service);
+      const [name, rules] = [...objects.sharedChains][0]!;
+      assert.equal(
+        name,
+        `dnat-2${expected === undefined ? "" : mode === "all" ? "-masq" : "-masq-nonlocal"}`,
+      );
+      if (expected === undefined) assert.match(rules[0]!, /^dnat ip to /);
+      else assert.equal(rules[0], expected);
     });
   }
 });
@@ -218,8 +251,8 @@ Deno.test("renderFull() skips a service port with an invalid address and keeps t
   const tx = renderFull(plan([bad, good]));
   assert.equal(tx.error, undefined);
   const script = tx.toString();
-  assert.ok(!script.includes("ns/bad"));
-  assert.ok(script.includes(serviceObjectName("svc", good)));
+  assert.ok(!script.includes("10.0.0.256"));
+  assert.ok(script.includes("172.30.0.20 . tcp . 80 : goto dnat-"));
 });
 
 Deno.test("renderFull() writes the canary generation", () => {
@@ -258,10 +291,11 @@ Deno.test("renderIncremental() touches only the changed service ports", () => {
   );
   const script = renderIncremental({ plan: next, previous, changed: new Set([changedService.id]) })!
     .toString();
-  const names = new Set(script.match(/(svc|ext)-[A-Z2-7]{8}-[^\s]+/g));
-  assert.deepEqual([...names].sort(), [
-    serviceObjectName("ext", changedService),
-    serviceObjectName("svc", changedService),
+  assert.doesNotMatch(script, /^add (chain|rule) /m, "endpoints change as elements only");
+  const slotLines = script.split("\n").filter((line) => line.includes("-endpoints {"));
+  assert.deepEqual(slotLines, [
+    "delete element ip kproxy service-endpoints { 172.30.1.17 . tcp . 80 . 1 }",
+    "add element ip kproxy service-endpoints { 172.30.1.17 . tcp . 80 . 1 : 10.180.0.7 . 8080 }",
   ]);
   assert.ok(
     !script.includes("element ip kproxy service-ips"),
@@ -370,4 +404,70 @@ Deno.test("renderIncremental() asks for a full render when the local detector ch
   const previous = GOLDEN_PLANS["cluster-ip"]!;
   const next = { ...previous, localTraffic: { mode: "None" as const } };
   assert.equal(renderIncremental({ plan: next, previous, changed: new Set() }), undefined);
+});
+
+Deno.test("renderIncremental() moves a service to another endpoint count with elements only, within the presets", async (t) => {
+  const eps = (n: number) => Array.from({ length: n }, (_, i) => endpoint(`10.181.0.${i + 1}`));
+  const withCount = (n: number) =>
+    servicePort("ns", "scale", {
+      clusterIPs: ["172.30.3.1"],
+      internal: { endpoints: eps(n), whenEmpty: "reject", reason: "" },
+      external: { endpoints: eps(n), whenEmpty: "reject", reason: "" },
+    });
+  const previous = plan([withCount(2)]);
+  const changed = new Set([withCount(2).id]);
+  await t.step("2 to 3 endpoints: the preset dnat-3 chain", () => {
+    const script = renderIncremental({ plan: plan([withCount(3)]), previous, changed })!
+      .toString();
+    assert.doesNotMatch(script, /^add (chain|rule) /m);
+    assert.match(
+      script,
+      /add element ip kproxy service-ips \{ 172\.30\.3\.1 \. tcp \. 80 : goto dnat-3-masq-nonlocal \}/,
+    );
+    assert.match(
+      script,
+      /add element ip kproxy service-endpoints \{ 172\.30\.3\.1 \. tcp \. 80 \. 2 : 10\.181\.0\.3 \. 8080 \}/,
+    );
+  });
+  await t.step("beyond the presets and unused: declines, for a full sync", () => {
+    const next = plan([withCount(3)]);
+    assert.equal(
+      renderIncremental({ plan: next, previous, changed }, { presetSlotChains: 2 }),
+      undefined,
+    );
+  });
+  await t.step("beyond the presets but used by an unchanged service: elements only", () => {
+    const other = {
+      ...withCount(3),
+      name: "other",
+      id: "ns/other:http",
+      clusterIPs: ["172.30.3.2"],
+    };
+    const before = plan([withCount(2), other]);
+    const after = plan([withCount(3), other]);
+    const script = renderIncremental({ plan: after, previous: before, changed }, {
+      presetSlotChains: 2,
+    })!.toString();
+    assert.doesNotMatch(script, /^add (chain|rule) /m);
+    assert.match(script, /goto dnat-3-masq-nonlocal/);
+  });
+});
+
+Deno.test("renderFull() gives a dispatch key and its slots to the first service that claims it", () => {
+  const first = servicePort("ns", "first", { clusterIPs: ["172.30.4.1"] });
+  const second = servicePort("ns", "second", {
+    clusterIPs: ["172.30.4.1"],
+    internal: {
+      endpoints: ["10.182.0.1", "10.182.0.2", "10.182.0.3"].map((ip) => endpoint(ip)),
+      whenEmpty: "reject",
+      reason: "",
+    },
+  });
+  const script = renderFull(plan([first, second])).toString();
+  const slots = script.split("\n").filter((line) =>
+    line.startsWith("add element ip kproxy service-endpoints")
+  );
+  assert.equal(slots.length, 1);
+  assert.doesNotMatch(slots[0]!, /10\.182\./);
+  assert.match(script, /172\.30\.4\.1 \. tcp \. 80 : goto dnat-2-masq-nonlocal/);
 });
