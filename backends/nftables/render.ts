@@ -14,9 +14,21 @@
  * - `services` dispatches `daddr . l4proto . dport` through ONE verdict map
  *   (`service-ips`) and node ports through `service-nodeports`, restricted to
  *   `@nodeport-ips` (never loopback).
- * - Per service port a cluster chain `svc-…` and, when it has external
- *   addresses, an external chain `ext-…`. Endpoint choice is inline: rule j
- *   is `numgen random mod (E-j) 0 … dnat to ep_j`, which picks uniformly.
+ * - Endpoints are elements, not rules: `@service-endpoints` maps
+ *   `daddr . l4proto . dport . slot` and `@nodeport-endpoints`
+ *   `l4proto . dport . slot` to an endpoint's `addr . port`, slot j for the
+ *   j-th endpoint. A dispatch element goes to a chain shared by every service
+ *   port with E endpoints (`dnat-E`, `dnat-E-masq`, `dnat-E-masq-nonlocal`,
+ *   `nodeport-dnat-E-masq`), whose one rule is `dnat to daddr . l4proto .
+ *   dport . numgen random mod E map @service-endpoints`. Only these few
+ *   rules bind the maps (each rule binding a map costs more as the table
+ *   grows), and an endpoint change rewrites elements only, which nft and the
+ *   kernel apply without re-validating the table. Full syncs write the
+ *   shared chains for 1 to 64 endpoints up front, because nft 1.0.6 cannot
+ *   add a rule reading a slot map once it is in the kernel.
+ * - Session affinity and externalTrafficPolicy Local keep chains of their
+ *   own per service port: `svc-…` and, with external addresses, `ext-…`,
+ *   where rule j is `numgen random mod (E-j) 0 … dnat to ep_j`.
  * - Hairpin masquerade is global: nat postrouting masquerades DNATed packets
  *   whose `saddr . daddr` is in `@hairpin` (`ep . ep` for each local endpoint
  *   IP, or one of unknown node), instead of a rule per endpoint.
@@ -897,21 +909,29 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     tx.add(element);
   }
 
+  // Elements are kept as their item text, grouped per set so the script
+  // writes many per line; element objects would triple the peak heap.
+  const items = new Map<string, string[]>();
   const seen = new Set<string>();
-  const elements = new Map<string, Element[]>();
   // Dispatch element id to the service port that claimed it: slot elements
-  // follow their dispatch key's owner, the first claimant in plan order.
+  // follow their dispatch key's owner, the first claimant in plan order, so
+  // they need no id of their own in `seen`.
   const owners = new Map<string, string>();
   const addOnce = (element: Element, owner: string) => {
-    const id = elementId(element);
     const dispatch = dispatchIdOfSlot(element);
-    if (dispatch !== undefined && owners.get(dispatch) !== owner) return;
-    if (seen.has(id)) return;
-    seen.add(id);
-    if (DISPATCH_MAPS.has(element.options.set)) owners.set(id, owner);
-    const list = elements.get(element.options.set);
-    if (list === undefined) elements.set(element.options.set, [element]);
-    else list.push(element);
+    if (dispatch !== undefined) {
+      if (owners.get(dispatch) !== owner) return;
+    } else {
+      const id = elementId(element);
+      if (seen.has(id)) return;
+      seen.add(id);
+      if (DISPATCH_MAPS.has(element.options.set)) owners.set(id, owner);
+    }
+    const item = tx.itemToAdd(element);
+    if (item === undefined) return;
+    const list = items.get(element.options.set);
+    if (list === undefined) items.set(element.options.set, [item]);
+    else list.push(item);
   };
   const sharedChains = presetSlotChains(ctx, presetCount(options));
   for (const service of plan.services) {
@@ -928,10 +948,7 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     }
   }
   for (const [name, rules] of sharedChains) addSharedChain(tx, name, rules);
-  // Grouped per set, so the transaction writes many elements per line.
-  for (const list of elements.values()) {
-    for (const element of list) tx.add(element);
-  }
+  for (const [set, list] of items) tx.addItems(set, list);
   return tx;
 }
 

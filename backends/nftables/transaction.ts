@@ -277,6 +277,38 @@ export class Transaction {
     this.#queue("delete", object);
   }
 
+  /**
+   * Validates `element` for `add` and returns its text inside the braces, for
+   * {@linkcode addItems}; undefined, with the error kept, when it is invalid.
+   * Lets a large render keep short strings instead of element objects.
+   */
+  itemToAdd(element: Element): string | undefined {
+    if (this.#error !== undefined) return undefined;
+    const problem = element.validate("add");
+    if (problem !== undefined) {
+      this.#error = new TypeError(problem);
+      return undefined;
+    }
+    return element.item("add");
+  }
+
+  /** Queues `add` of the elements of `set` given as {@linkcode itemToAdd} texts, many per line. */
+  addItems(set: string, items: readonly string[]): void {
+    if (this.#error !== undefined || items.length === 0) return;
+    const problem = checkName("set", set);
+    if (problem !== undefined) {
+      this.#error = new TypeError(problem);
+      return;
+    }
+    const { family, table } = this.#where;
+    for (let start = 0; start < items.length; start += ELEMENTS_PER_LINE) {
+      const chunk = items.slice(start, start + ELEMENTS_PER_LINE);
+      this.#lines.push({ head: `add element ${family} ${table} ${set}`, items: chunk });
+    }
+    this.#ops += items.length;
+    this.#open = undefined;
+  }
+
   /** Appends a `# text` comment line (ignored by nft), for readable scripts. */
   note(text: string): void {
     this.#open = undefined;

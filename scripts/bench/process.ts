@@ -1,6 +1,7 @@
 /**
  * Process benchmarks: start-up to first sync and peak RSS of a real kproxy
- * process (`deno run --allow-all main.ts`) inside a `kp-b-*` namespace,
+ * process (`deno run --allow-all main.ts`, with the V8 flags `deno task
+ * compile` bakes into the executable) inside a `kp-b-*` namespace,
  * against a fake apiserver process serving a synthetic cluster in the same
  * namespace. The floor beside them: a Deno process that only loads
  * `@kubernetes/client-node`.
@@ -11,6 +12,7 @@
 import { type ClusterSize, kproxyArgs } from "./cluster.ts";
 import { withNamespace } from "./harness.ts";
 import type { BenchMode } from "./latency.ts";
+import { V8_FLAGS } from "../compile.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const MAIN = `${ROOT}main.ts`;
@@ -157,6 +159,7 @@ export async function benchProcess(options: {
           Deno.execPath(),
           "run",
           "--allow-all",
+          `--v8-flags=${V8_FLAGS.join(",")}`,
           MAIN,
           ...kproxyArgs({ mode, kubeconfig }),
           `--${mode}-sync-period=1h`,

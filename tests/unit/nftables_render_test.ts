@@ -471,3 +471,16 @@ Deno.test("renderFull() gives a dispatch key and its slots to the first service 
   assert.doesNotMatch(slots[0]!, /10\.182\./);
   assert.match(script, /172\.30\.4\.1 \. tcp \. 80 : goto dnat-2-masq-nonlocal/);
 });
+
+Deno.test("Transaction.addItems() writes validated element texts many per line", () => {
+  const tx = new Transaction(where);
+  const items = ["10.0.0.1", "10.0.0.2"].map((ip) =>
+    tx.itemToAdd(new Element({ set: "cluster-ips", key: [ip] }))!
+  );
+  tx.addItems("cluster-ips", items);
+  assert.equal(tx.toString(), "add element ip kproxy cluster-ips { 10.0.0.1, 10.0.0.2 }\n");
+  assert.equal(tx.length, 2);
+  assert.equal(tx.itemToAdd(new Element({ set: "cluster-ips", key: ["1.2.3.4 }"] })), undefined);
+  assert.match(tx.error?.message ?? "", /Cannot use element key/);
+  assert.match(tx.toString(), /# ERROR: Cannot use element key/);
+});
