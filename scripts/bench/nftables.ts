@@ -18,6 +18,7 @@ import { renderFull } from "../../backends/nftables/render.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
+import { median } from "./harness.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a layout at one size. */
@@ -105,6 +106,7 @@ async function benchBackend(
   size: number,
   perService: number,
   affinityEvery: number,
+  repeats: number,
 ): Promise<BenchRow> {
   const plan = benchPlan(size, perService, { affinityEvery });
   const middle = Math.floor(size / 2);
@@ -112,42 +114,47 @@ async function benchBackend(
   const renderStart = performance.now();
   const rules = renderFull(plan).length;
   const renderMs = performance.now() - renderStart;
-  return await inNamespace(host, async (namespace) => {
-    const backend = createNftablesBackend({
-      executor: new NetnsExecutor({ namespace, inner: host }),
-      config: defaultConfig("node-a"),
-      families: ["IPv4"],
-    });
-    let start = performance.now();
-    await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
-    const fullMs = performance.now() - start;
-    start = performance.now();
-    await backend.sync({
-      plans: [next],
-      previous: [plan],
-      changed: new Set([next.services[middle]!.id]),
-      full: false,
-    });
-    const partialMs = performance.now() - start;
-    start = performance.now();
-    await host.run({
-      program: "ip",
-      args: ["netns", "exec", namespace, "nft", "-f", "-"],
-      stdin: FLOOR_TRANSACTION,
-    });
-    const floorMs = performance.now() - start;
-    return {
-      floorMs,
-      backend: "nftables",
-      variant,
-      services: size,
-      endpointsPerService: perService,
-      rules,
-      renderMs,
-      fullMs,
-      partialMs,
-    };
-  });
+  const runs: { fullMs: number; partialMs: number; floorMs: number }[] = [];
+  for (let run = 0; run < repeats; run++) {
+    runs.push(
+      await inNamespace(host, async (namespace) => {
+        const backend = createNftablesBackend({
+          executor: new NetnsExecutor({ namespace, inner: host }),
+          config: defaultConfig("node-a"),
+          families: ["IPv4"],
+        });
+        let start = performance.now();
+        await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+        const fullMs = performance.now() - start;
+        start = performance.now();
+        await backend.sync({
+          plans: [next],
+          previous: [plan],
+          changed: new Set([next.services[middle]!.id]),
+          full: false,
+        });
+        const partialMs = performance.now() - start;
+        start = performance.now();
+        await host.run({
+          program: "ip",
+          args: ["netns", "exec", namespace, "nft", "-f", "-"],
+          stdin: FLOOR_TRANSACTION,
+        });
+        return { fullMs, partialMs, floorMs: performance.now() - start };
+      }),
+    );
+  }
+  return {
+    floorMs: median(runs.map((r) => r.floorMs)),
+    backend: "nftables",
+    variant,
+    services: size,
+    endpointsPerService: perService,
+    rules,
+    renderMs,
+    fullMs: median(runs.map((r) => r.fullMs)),
+    partialMs: median(runs.map((r) => r.partialMs)),
+  };
 }
 
 async function benchBaseline(
@@ -184,8 +191,12 @@ async function benchBaseline(
   });
 }
 
+/** Fresh namespaces kproxy's own layout is loaded into at each size; the row holds the medians. */
+export const FULL_SYNC_REPEATS = 3;
+
 /**
- * Measures, at each size: kproxy's layout (full and one-change syncs), the
+ * Measures, at each size: kproxy's layout (full and one-change syncs, median
+ * of {@linkcode FULL_SYNC_REPEATS} fresh namespaces), the
  * same with 10% affinity services, and the upstream-style baseline (full
  * load, up to `baselineMaxServices`). Needs root.
  */
@@ -194,8 +205,8 @@ export async function benchNftables(options: BenchNftablesOptions): Promise<Benc
   const host = new HostExecutor();
   const perService = options.endpointsPerService;
   for (const size of options.sizes) {
-    rows.push(await benchBackend(host, "kproxy", size, perService, 0));
-    rows.push(await benchBackend(host, "kproxy-affinity-10%", size, perService, 10));
+    rows.push(await benchBackend(host, "kproxy", size, perService, 0, FULL_SYNC_REPEATS));
+    rows.push(await benchBackend(host, "kproxy-affinity-10%", size, perService, 10, 1));
     if (size <= (options.baselineMaxServices ?? 3000)) {
       rows.push(await benchBaseline(host, size, perService));
     }
