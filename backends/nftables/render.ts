@@ -301,42 +301,33 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     : chainRoutes(ctx, service, externalAddresses.length > 0 || service.nodePort > 0);
 
   const elements: Element[] = [];
+  const dispatch = (
+    sets: DispatchSets,
+    key: string[],
+    route: Route,
+    traffic: TrafficPlan,
+    dispatched: boolean,
+  ) => {
+    if (dispatched) {
+      elements.push(new Element({ set: sets.dispatch, key, value: route.verdict }));
+      elements.push(...route.slots(sets.slots, key));
+    }
+    if (traffic.endpoints.length === 0) {
+      elements.push(new Element({ set: sets.empty, key, value: verdictWhenEmpty(traffic) }));
+    }
+  };
   const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
   for (const ip of clusterIPs) {
     const key = [ip, proto, servicePort];
-    if (internal.endpoints.length > 0) {
-      elements.push(new Element({ set: "service-ips", key, value: routes.internal.verdict }));
-      elements.push(...routes.internal.slots("service-endpoints", key));
-    } else {
-      elements.push(
-        new Element({ set: "no-endpoint-services", key, value: verdictWhenEmpty(internal) }),
-      );
-    }
+    dispatch(ADDRESS_SETS, key, routes.internal, internal, internal.endpoints.length > 0);
   }
   const dispatchExternal = external.endpoints.length > 0 || service.externalLocal;
   for (const ip of externalAddresses) {
-    const key = [ip, proto, servicePort];
-    if (dispatchExternal) {
-      elements.push(new Element({ set: "service-ips", key, value: routes.external.verdict }));
-      elements.push(...routes.external.slots("service-endpoints", key));
-    }
-    if (external.endpoints.length === 0) {
-      elements.push(
-        new Element({ set: "no-endpoint-services", key, value: verdictWhenEmpty(external) }),
-      );
-    }
+    dispatch(ADDRESS_SETS, [ip, proto, servicePort], routes.external, external, dispatchExternal);
   }
   if (service.nodePort > 0) {
     const key = [proto, port(service.nodePort, "node port")];
-    if (dispatchExternal) {
-      elements.push(new Element({ set: "service-nodeports", key, value: routes.nodePort.verdict }));
-      elements.push(...routes.nodePort.slots("nodeport-endpoints", key));
-    }
-    if (external.endpoints.length === 0) {
-      elements.push(
-        new Element({ set: "no-endpoint-nodeports", key, value: verdictWhenEmpty(external) }),
-      );
-    }
+    dispatch(NODE_PORT_SETS, key, routes.nodePort, external, dispatchExternal);
   }
   if (service.sourceRanges.length > 0) {
     // Interval sets refuse overlapping elements: a covered range adds nothing.
@@ -373,6 +364,25 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     affinityEndpoints: routes.affinityEndpoints,
   };
 }
+
+/** The maps a dispatch key is written to: its verdict, its slots, and the verdict without endpoints. */
+interface DispatchSets {
+  dispatch: "service-ips" | "service-nodeports";
+  slots: SlotMap;
+  empty: "no-endpoint-services" | "no-endpoint-nodeports";
+}
+
+const ADDRESS_SETS: DispatchSets = {
+  dispatch: "service-ips",
+  slots: "service-endpoints",
+  empty: "no-endpoint-services",
+};
+
+const NODE_PORT_SETS: DispatchSets = {
+  dispatch: "service-nodeports",
+  slots: "nodeport-endpoints",
+  empty: "no-endpoint-nodeports",
+};
 
 /** Where one kind of traffic of a service port goes: a verdict, and the slot elements it reads. */
 interface Route {

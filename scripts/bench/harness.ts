@@ -6,7 +6,9 @@
  * @module
  */
 
+import type { Backend } from "../../backends/backend.ts";
 import type { Command, CommandResult, Executor } from "../../lib/exec.ts";
+import type { Plan } from "../../lib/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** Prefix of every namespace the bench creates. */
@@ -118,4 +120,27 @@ export function quantile(values: readonly number[], q: number): number {
   const low = Math.floor(position);
   const high = Math.ceil(position);
   return sorted[low]! + (sorted[high]! - sorted[low]!) * (position - low);
+}
+
+/**
+ * Times a full sync of `plan` through `backend`, then the partial sync to
+ * `next`, which differs from it in the service port `changedId` only.
+ */
+export async function timeFullThenOneChange(
+  backend: Backend,
+  plan: Plan,
+  next: Plan,
+  changedId: string,
+): Promise<{ fullMs: number; partialMs: number }> {
+  let start = performance.now();
+  await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+  const fullMs = performance.now() - start;
+  start = performance.now();
+  await backend.sync({
+    plans: [next],
+    previous: [plan],
+    changed: new Set([changedId]),
+    full: false,
+  });
+  return { fullMs, partialMs: performance.now() - start };
 }

@@ -15,6 +15,7 @@ import { renderFull } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
+import { timeFullThenOneChange } from "./harness.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
@@ -61,17 +62,12 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
           families: ["IPv4"],
           nftChainsPerRestore: options.nftChainsPerRestore,
         });
-        let start = performance.now();
-        await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
-        const fullMs = performance.now() - start;
-        start = performance.now();
-        await backend.sync({
-          plans: [next],
-          previous: [plan],
-          changed: new Set([next.services[middle]!.id]),
-          full: false,
-        });
-        const partialMs = performance.now() - start;
+        const { fullMs, partialMs } = await timeFullThenOneChange(
+          backend,
+          plan,
+          next,
+          next.services[middle]!.id,
+        );
         rows.push({
           backend: "iptables",
           variant,

@@ -18,7 +18,7 @@ import { renderFull } from "../../backends/nftables/render.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
-import { median } from "./harness.ts";
+import { median, timeFullThenOneChange } from "./harness.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** One measurement: a layout at one size. */
@@ -123,18 +123,13 @@ async function benchBackend(
           config: defaultConfig("node-a"),
           families: ["IPv4"],
         });
-        let start = performance.now();
-        await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
-        const fullMs = performance.now() - start;
-        start = performance.now();
-        await backend.sync({
-          plans: [next],
-          previous: [plan],
-          changed: new Set([next.services[middle]!.id]),
-          full: false,
-        });
-        const partialMs = performance.now() - start;
-        start = performance.now();
+        const { fullMs, partialMs } = await timeFullThenOneChange(
+          backend,
+          plan,
+          next,
+          next.services[middle]!.id,
+        );
+        const start = performance.now();
         await host.run({
           program: "ip",
           args: ["netns", "exec", namespace, "nft", "-f", "-"],
