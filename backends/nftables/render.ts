@@ -856,7 +856,11 @@ function presetCount(options: RenderOptions): number {
   return count;
 }
 
-/** The shared chains every full sync writes: each kind, for 1 to `count` endpoints. */
+/**
+ * The shared chains every full sync writes: for 1 to `count` endpoints, each
+ * kind {@linkcode slotChainsOf} can name, so any of its chains up to `count`
+ * exists.
+ */
 function presetSlotChains(ctx: Context, count: number): Map<string, string[]> {
   const kinds: [SlotMap, Masquerade][] = [
     ["service-endpoints", "none"],
@@ -1067,12 +1071,13 @@ export function renderIncremental(
   // 4. New and rewritten objects. Shared chains are written by full syncs
   //    only: one the changed service ports now need must be a preset one,
   //    or one a service port already dispatches to.
-  const preset = presetSlotChains(ctx, presetCount(options));
+  const presetUpTo = presetCount(options);
   const oldShared = new Set(oldObjects.flatMap((o) => [...o.sharedChains.keys()]));
   const missing = new Set<string>();
-  for (const objects of newObjects.values()) {
-    for (const name of objects.sharedChains.keys()) {
-      if (!oldShared.has(name) && !preset.has(name)) missing.add(name);
+  for (const service of after.values()) {
+    for (const { map, count, masquerade } of slotChainsOf(ctx, service)) {
+      const name = slotChainName(map, count, masquerade);
+      if (count > presetUpTo && !oldShared.has(name)) missing.add(name);
     }
   }
   for (const service of plan.services) {
