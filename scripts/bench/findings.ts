@@ -31,7 +31,9 @@ export const PROFILE_NOTES: readonly string[] = [
   "met).** The transaction deletes and re-adds the changed slot elements (and, for a local " +
   "endpoint, two hairpin elements): no rule is replaced, so the kernel does not re-validate the " +
   "table, and nft's cache fill is small because the table now has ~300 chains, not 30k (the " +
-  "floor column: 12–26 ms at every size, was 121 ms at 30k). Before: 544 ms at 30k. The rest " +
+  "floor column: 12–26 ms at every size, was 121 ms at 30k). Before: 544 ms at 30k. A " +
+  "change of endpoint count moves the dispatch element to another shared chain: measured by " +
+  "hand on the loaded 30k table, that transaction also takes ~10 ms. The rest " +
   "at 30k is ~10 ms of bookkeeping that still walks every service (indexing the plans, the " +
   "hairpin check when a local endpoint goes away). The backend's one-change column is higher " +
   "(87 ms at 30k) because it runs right after the 300k-element load, while the kernel is still " +
