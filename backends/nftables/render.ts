@@ -833,14 +833,14 @@ function addressElements(ctx: Context, set: string, values: string[]): Element[]
   });
 }
 
-const DISPATCH_MAPS: ReadonlySet<string> = new Set(["service-ips", "service-nodeports"]);
+const DISPATCH_SETS = [ADDRESS_SETS, NODE_PORT_SETS];
+const DISPATCH_MAPS: ReadonlySet<string> = new Set(DISPATCH_SETS.map((sets) => sets.dispatch));
 
 /** The id of the dispatch element a slot element belongs to, or undefined for other elements. */
 function dispatchIdOfSlot(element: Element): string | undefined {
   const { set, key } = element.options;
-  if (set === "service-endpoints") return `service-ips ${key.slice(0, -1).join(" . ")}`;
-  if (set === "nodeport-endpoints") return `service-nodeports ${key.slice(0, -1).join(" . ")}`;
-  return undefined;
+  const sets = DISPATCH_SETS.find((candidate) => candidate.slots === set);
+  return sets === undefined ? undefined : `${sets.dispatch} ${key.slice(0, -1).join(" . ")}`;
 }
 
 function addSharedChain(tx: Transaction, name: string, rules: string[]): void {

@@ -39,35 +39,37 @@ const TARGET = {
   elements: 2,
 };
 
-Deno.test("SkeletonCheck spaces its listings so they take at most the budget", async () => {
-  let clock = 0;
+/** A fake clock and an nft whose every listing of BASE_CHAIN advances it by `listingMs`. */
+function timedListings(listingMs: number) {
+  const clock = { now: 0 };
   const executor = new FakeExecutor(() => {
-    clock += 100;
+    clock.now += listingMs;
     return { code: 0, stdout: BASE_CHAIN, stderr: "" };
   });
-  const check = new SkeletonCheck({ executor, budget: 0.05, now: () => clock });
+  return { clock, executor, now: () => clock.now };
+}
+
+Deno.test("SkeletonCheck spaces its listings so they take at most the budget", async () => {
+  const { clock, executor, now } = timedListings(100);
+  const check = new SkeletonCheck({ executor, budget: 0.05, now });
   assert.equal(await check.check([TARGET]), undefined);
   assert.equal(executor.calls.length, 1);
   // 100 ms of listing at 5% allows one listing per 2 s from the start of the last.
-  clock += 1_899;
+  clock.now += 1_899;
   assert.equal(check.due, false);
   assert.equal(await check.check([TARGET]), undefined);
   assert.equal(executor.calls.length, 1);
-  clock += 1;
+  clock.now += 1;
   assert.equal(check.due, true);
   await check.check([TARGET]);
   assert.equal(executor.calls.length, 2);
 });
 
 Deno.test("SkeletonCheck waits for the next full sync after a listing slower than maxCheckMs", async () => {
-  let clock = 0;
-  const executor = new FakeExecutor(() => {
-    clock += 1_500;
-    return { code: 0, stdout: BASE_CHAIN, stderr: "" };
-  });
-  const check = new SkeletonCheck({ executor, budget: 1, now: () => clock });
+  const { clock, executor, now } = timedListings(1_500);
+  const check = new SkeletonCheck({ executor, budget: 1, now });
   await check.check([TARGET]);
-  clock += 3_600_000;
+  clock.now += 3_600_000;
   assert.equal(check.due, false);
   check.reset();
   assert.equal(check.due, true);

@@ -92,14 +92,20 @@ Deno.test("renderFull() replaces the table atomically", () => {
   ]);
 });
 
-Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain picks from", () => {
+/** A service port with four endpoints, 10.1.0.1–4, and no masquerade mark. */
+function fourEndpoints(overrides: Parameters<typeof servicePort>[2] = {}) {
   const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
   const service = servicePort("ns", "four", {
-    clusterIPs: ["172.30.0.4"],
     clusterIPMasquerade: "none",
     internal: { endpoints, whenEmpty: "reject", reason: "" },
     external: { endpoints, whenEmpty: "reject", reason: "" },
+    ...overrides,
   });
+  return { endpoints, service };
+}
+
+Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain picks from", () => {
+  const { service } = fourEndpoints({ clusterIPs: ["172.30.0.4"] });
   const objects = serviceObjects(plan([service]), service);
   assert.deepEqual(objects.chains, [], "no chain of its own");
   assert.deepEqual([...objects.sharedChains], [[
@@ -119,13 +125,7 @@ Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain p
 });
 
 Deno.test("serviceObjects() with session affinity picks endpoints uniformly with numgen rules", () => {
-  const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
-  const service = servicePort("ns", "four", {
-    affinityTimeoutSeconds: 600,
-    clusterIPMasquerade: "none",
-    internal: { endpoints, whenEmpty: "reject", reason: "" },
-    external: { endpoints, whenEmpty: "reject", reason: "" },
-  });
+  const { endpoints, service } = fourEndpoints({ affinityTimeoutSeconds: 600 });
   const objects = serviceObjects(plan([service]), service);
   const [lookup, ...rules] = objects.chains[0]!.rules;
   assert.match(lookup!, /dnat ip to ip saddr map @aff-/);
