@@ -40,7 +40,8 @@ export interface MergeSlicesInput {
  * @returns The merged endpoints with their hints.
  */
 export function mergeSliceEndpoints(input: MergeSlicesInput): CandidateEndpoint[] {
-  const byAddress = new Map<string, CandidateEndpoint>();
+  const candidates: CandidateEndpoint[] = [];
+  const keys: IpSortKey[] = [];
   for (const slice of input.slices) {
     if (slice.family !== input.family) continue;
     const slicePort = slice.ports.find((p) =>
@@ -48,9 +49,6 @@ export function mergeSliceEndpoints(input: MergeSlicesInput): CandidateEndpoint[
     );
     if (slicePort === undefined || slicePort.port <= 0) continue;
     for (const sliceEndpoint of slice.endpoints) {
-      const key = `${sliceEndpoint.ip}|${slicePort.port}`;
-      const existing = byAddress.get(key);
-      if (existing !== undefined && (existing.endpoint.ready || !sliceEndpoint.ready)) continue;
       const endpoint: PlanEndpoint = {
         ip: sliceEndpoint.ip,
         port: slicePort.port,
@@ -61,15 +59,36 @@ export function mergeSliceEndpoints(input: MergeSlicesInput): CandidateEndpoint[
         serving: sliceEndpoint.serving,
         terminating: sliceEndpoint.terminating,
       };
-      byAddress.set(
-        key,
+      candidates.push(
         sliceEndpoint.hints === undefined ? { endpoint } : { endpoint, hints: sliceEndpoint.hints },
       );
+      keys.push(ipSortKey(sliceEndpoint.ip));
     }
   }
-  const keyed = [...byAddress.values()].map((c) => ({ key: ipSortKey(c.endpoint.ip), c }));
-  keyed.sort((a, b) => compareKeys(a.key, b.key) || a.c.endpoint.port - b.c.endpoint.port);
-  return keyed.map((k) => k.c);
+  // A stable sort by address keeps copies of one ip:port adjacent, in slice
+  // order: the first ready copy, else the first copy, is kept.
+  const order: number[] = [];
+  for (let i = 0; i < candidates.length; i++) order.push(i);
+  order.sort((a, b) =>
+    compareKeys(keys[a]!, keys[b]!) ||
+    candidates[a]!.endpoint.port - candidates[b]!.endpoint.port
+  );
+  const merged: CandidateEndpoint[] = [];
+  for (let i = 0; i < order.length;) {
+    const first = candidates[order[i]!]!;
+    let kept = first;
+    let next = i + 1;
+    for (; next < order.length; next++) {
+      const copy = candidates[order[next]!]!;
+      if (copy.endpoint.ip !== first.endpoint.ip || copy.endpoint.port !== first.endpoint.port) {
+        break;
+      }
+      if (!kept.endpoint.ready && copy.endpoint.ready) kept = copy;
+    }
+    merged.push(kept);
+    i = next;
+  }
+  return merged;
 }
 
 /**

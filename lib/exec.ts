@@ -14,8 +14,11 @@ export interface Command {
   /** Program name, resolved through PATH; must be in the allow-list. */
   program: string;
   args: string[];
-  /** Written to the program's stdin, then stdin is closed. */
-  stdin?: string;
+  /**
+   * Written to the program's stdin, then stdin is closed. A large script can
+   * come as chunks, written in order, so it never needs to be one string.
+   */
+  stdin?: string | Iterable<string>;
   /** Kill the program after this many milliseconds. @default {60000} */
   timeoutMs?: number;
 }
@@ -127,10 +130,13 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
     }
   }, timeoutMs);
   try {
+    // Read the output while writing stdin: a program that answers as it
+    // reads would otherwise block on a full pipe.
+    const finished = child.output();
     if (command.stdin !== undefined) {
       await writeAll(child.stdin, command.stdin);
     }
-    const output = await child.output();
+    const output = await finished;
     const result: CommandResult = {
       code: output.code,
       stdout: new TextDecoder().decode(output.stdout),
@@ -149,10 +155,30 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
   }
 }
 
-async function writeAll(stream: WritableStream<Uint8Array>, text: string): Promise<void> {
+/** UTF-16 code units encoded and written at a time: a large script is never copied whole. */
+const STDIN_CHUNK = 1 << 16;
+
+/** A command's stdin as one string, for records and messages. */
+export function stdinText(stdin: string | Iterable<string>): string {
+  return typeof stdin === "string" ? stdin : [...stdin].join("");
+}
+
+async function writeAll(
+  stream: WritableStream<Uint8Array>,
+  stdin: string | Iterable<string>,
+): Promise<void> {
   const writer = stream.getWriter();
+  const encoder = new TextEncoder();
   try {
-    await writer.write(new TextEncoder().encode(text));
+    for (const text of typeof stdin === "string" ? [stdin] : stdin) {
+      for (let start = 0; start < text.length;) {
+        let end = Math.min(start + STDIN_CHUNK, text.length);
+        // Keep a surrogate pair in one chunk.
+        if (end < text.length && /[\uD800-\uDBFF]/.test(text[end - 1]!)) end++;
+        await writer.write(encoder.encode(text.slice(start, end)));
+        start = end;
+      }
+    }
     await writer.close();
   } catch {
     // The program closed stdin early (it exited); its exit status tells why.
@@ -180,8 +206,11 @@ export async function runChecked(executor: Executor, command: Command): Promise<
   return result;
 }
 
+/** A command as a {@linkcode FakeExecutor} records it: stdin joined into one string. */
+export type RecordedCommand = Command & { stdin?: string };
+
 /** Answers a command in a {@linkcode FakeExecutor}. */
-export type FakeHandler = (command: Command) => CommandResult | Promise<CommandResult>;
+export type FakeHandler = (command: RecordedCommand) => CommandResult | Promise<CommandResult>;
 
 /** A reply in a {@linkcode FakeExecutor} queue: a result, or an error to throw. */
 export type FakeReply = Partial<CommandResult> | Error;
@@ -192,7 +221,7 @@ export type FakeReply = Partial<CommandResult> | Error;
  */
 export class FakeExecutor implements Executor {
   /** Every command run, in order (copies). */
-  readonly calls: Command[] = [];
+  readonly calls: RecordedCommand[] = [];
   readonly #queue: FakeReply[] = [];
   #handler?: FakeHandler;
 
@@ -214,11 +243,17 @@ export class FakeExecutor implements Executor {
 
   /** Records the command and answers it. */
   async run(command: Command): Promise<CommandResult> {
-    this.calls.push({ ...command, args: [...command.args] });
+    const recorded: RecordedCommand = {
+      ...command,
+      args: [...command.args],
+      stdin: command.stdin === undefined ? undefined : stdinText(command.stdin),
+    };
+    if (recorded.stdin === undefined) delete recorded.stdin;
+    this.calls.push(recorded);
     const queued = this.#queue.shift();
     if (queued instanceof Error) throw queued;
     if (queued !== undefined) return { code: 0, stdout: "", stderr: "", ...queued };
-    if (this.#handler) return await this.#handler(command);
+    if (this.#handler) return await this.#handler(recorded);
     return { code: 0, stdout: "", stderr: "" };
   }
 }

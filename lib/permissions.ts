@@ -9,7 +9,7 @@
  * @module
  */
 
-import { parse as parseYaml } from "yaml";
+import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
 import type { Config, ProxyMode } from "./config_types.ts";
 
 /** Programs each mode spawns through the Executor. */
@@ -68,9 +68,6 @@ export const ENV_VARS: readonly string[] = [
   "LOG_TOKENS",
   "LOG_STREAM",
 ];
-
-/** The service-account directory read in-cluster. */
-export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /** A set of Deno permissions. Empty lists grant nothing. */
 export interface PermissionSet {
@@ -157,9 +154,17 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
     if (config.master !== "") apiservers.push(hostPortOfURL(config.master));
     if (config.kubeconfig !== "") {
       read.push(config.kubeconfig);
-      const kubeconfig = readKubeconfig(env.readTextFile(config.kubeconfig), config.kubeconfig);
-      if (config.master === "") apiservers.push(hostPortOfURL(kubeconfig.server));
-      read.push(...kubeconfig.files);
+      const kubeconfig = parseKubeconfig(env.readTextFile(config.kubeconfig), config.kubeconfig);
+      if (config.master === "") {
+        const server = kubeconfig.cluster.server;
+        if (typeof server !== "string" || server === "") {
+          throw new Error(
+            `Cannot find the apiserver in kubeconfig "${config.kubeconfig}": no cluster server`,
+          );
+        }
+        apiservers.push(hostPortOfURL(server));
+      }
+      read.push(...kubeconfigFiles(kubeconfig));
     } else if (config.master === "") {
       const host = env.getEnv("KUBERNETES_SERVICE_HOST");
       const port = env.getEnv("KUBERNETES_SERVICE_PORT") ?? "443";
@@ -181,34 +186,4 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
     read,
     allModes: config.proxyMode !== "kernelspace",
   };
-}
-
-interface KubeconfigSummary {
-  server: string;
-  files: string[];
-}
-
-function readKubeconfig(text: string, path: string): KubeconfigSummary {
-  const doc = parseYaml(text) as Record<string, any> | null;
-  const contexts: any[] = doc?.contexts ?? [];
-  const clusters: any[] = doc?.clusters ?? [];
-  const users: any[] = doc?.users ?? [];
-  const context = contexts.find((c) => c?.name === doc?.["current-context"])?.context ??
-    contexts[0]?.context;
-  const cluster = clusters.find((c) => c?.name === context?.cluster)?.cluster ??
-    clusters[0]?.cluster;
-  const user = users.find((u) => u?.name === context?.user)?.user ?? users[0]?.user;
-  if (typeof cluster?.server !== "string") {
-    throw new Error(`Cannot find the apiserver in kubeconfig "${path}": no cluster server`);
-  }
-  const dir = path.includes("/") ? path.slice(0, path.lastIndexOf("/") + 1) : "";
-  const resolve = (file: unknown) =>
-    typeof file !== "string" || file === "" ? "" : file.startsWith("/") ? file : dir + file;
-  const files = [
-    resolve(cluster["certificate-authority"]),
-    resolve(user?.["client-certificate"]),
-    resolve(user?.["client-key"]),
-    resolve(user?.tokenFile),
-  ].filter((file) => file !== "");
-  return { server: cluster.server, files };
 }

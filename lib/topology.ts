@@ -182,6 +182,8 @@ function effectiveLabels(
   return { ...derived, ...labels };
 }
 
+const NO_HINTS: readonly string[] = Object.freeze([]);
+
 function selectByHints(input: TopologyInput): TopologyDecision {
   const { endpoints, nodeName } = input;
   const zone = input.nodeLabels[ZONE_LABEL] ?? "";
@@ -191,8 +193,8 @@ function selectByHints(input: TopologyInput): TopologyDecision {
   let someForZone = false;
   let anyHints = false;
   for (const { hints } of endpoints) {
-    const forNodes = hints?.forNodes ?? [];
-    const forZones = hints?.forZones ?? [];
+    const forNodes = hints?.forNodes ?? NO_HINTS;
+    const forZones = hints?.forZones ?? NO_HINTS;
     if (forNodes.length > 0 || forZones.length > 0) anyHints = true;
     if (forNodes.length === 0) allHaveNodeHints = false;
     else if (forNodes.includes(nodeName)) someForNode = true;

@@ -15,7 +15,8 @@
  */
 
 import { parseArgs } from "node:util";
-import { denoFlags, permissionsFor, SERVICE_ACCOUNT_DIR } from "../lib/permissions.ts";
+import { denoFlags, permissionsFor } from "../lib/permissions.ts";
+import { SERVICE_ACCOUNT_DIR } from "../lib/source/kubeconfig.ts";
 
 /** Build targets and where their configuration lives on the node. */
 export const TARGETS = {

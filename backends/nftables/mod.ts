@@ -132,10 +132,14 @@ class NftablesBackend implements Backend {
       this.#needFull = true;
       throw error;
     }
-    const script = transactions.map(String).join("");
     try {
-      if (script !== "") {
-        await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin: script });
+      if (transactions.some((tx) => !tx.empty)) {
+        const stdin = {
+          *[Symbol.iterator]() {
+            for (const tx of transactions) yield* tx.chunks();
+          },
+        };
+        await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin });
       }
     } catch (cause) {
       this.#needFull = true;

@@ -51,6 +51,7 @@ import {
   Chain,
   type ChainOptions,
   Element,
+  ElementLines,
   type NftFamily,
   NftSet,
   Rule,
@@ -923,9 +924,9 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     tx.add(element);
   }
 
-  // Elements are kept as their item text, grouped per set so the script
-  // writes many per line; element objects would triple the peak heap.
-  const items = new Map<string, string[]>();
+  // Elements are kept as their item text, joined per set into script lines as
+  // they come; element objects would triple the peak heap.
+  const items = new Map<string, ElementLines>();
   const seen = new Set<string>();
   // Dispatch element id to the service port that claimed it: slot elements
   // follow their dispatch key's owner, the first claimant in plan order, so
@@ -943,9 +944,10 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     }
     const item = tx.itemToAdd(element);
     if (item === undefined) return;
-    const list = items.get(element.options.set);
-    if (list === undefined) items.set(element.options.set, [item]);
-    else list.push(item);
+    const set = element.options.set;
+    let lines = items.get(set);
+    if (lines === undefined) items.set(set, lines = new ElementLines(set));
+    lines.push(item);
   };
   const sharedChains = presetSlotChains(ctx, presetCount(options));
   for (const service of plan.services) {
@@ -962,7 +964,7 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     }
   }
   for (const [name, rules] of sharedChains) addSharedChain(tx, name, rules);
-  for (const [set, list] of items) tx.addItems(set, list);
+  for (const lines of items.values()) tx.addLines(lines);
   return tx;
 }
 

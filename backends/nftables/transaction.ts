@@ -229,6 +229,43 @@ export class Element implements NftObject {
 export const ELEMENTS_PER_LINE = 1000;
 
 /**
+ * The `add` texts of many elements of one set, joined into script lines of
+ * {@linkcode ELEMENTS_PER_LINE} as they come: a large render then holds a
+ * few long strings instead of one string per element.
+ */
+export class ElementLines {
+  readonly #lines: string[] = [];
+  #pending: string[] = [];
+  #count = 0;
+
+  constructor(readonly set: string) {}
+
+  /** Number of elements pushed. */
+  get count(): number {
+    return this.#count;
+  }
+
+  /** Appends one element text, as returned by {@linkcode Transaction.itemToAdd}. */
+  push(item: string): void {
+    this.#pending.push(item);
+    this.#count++;
+    if (this.#pending.length === ELEMENTS_PER_LINE) this.#close();
+  }
+
+  /** The items of each line, joined with ", ". */
+  lines(): readonly string[] {
+    this.#close();
+    return this.#lines;
+  }
+
+  #close(): void {
+    if (this.#pending.length === 0) return;
+    this.#lines.push(this.#pending.join(", "));
+    this.#pending = [];
+  }
+}
+
+/**
  * An ordered list of operations on one table. Verbs always succeed; the first
  * validation error is kept, reported by {@linkcode Transaction.error} and
  * written as a trailing `# ERROR:` line so the script cannot be mistaken for
@@ -236,11 +273,11 @@ export const ELEMENTS_PER_LINE = 1000;
  */
 export class Transaction {
   readonly #where: TableRef;
-  /** Script lines; an element line is kept as its head and items until written. */
-  readonly #lines: (string | { head: string; items: string[] })[] = [];
+  /** Script lines, without the open element line. */
+  readonly #lines: string[] = [];
   #ops = 0;
-  /** The last line when it is an element line that more elements may join. */
-  #open?: { verb: Verb; set: string; items: string[] };
+  /** The last line while it is an element line that more elements may join. */
+  #open?: { verb: Verb; set: string; head: string; items: string[] };
   #error?: TypeError;
 
   constructor(where: TableRef) {
@@ -262,6 +299,11 @@ export class Transaction {
     return this.#ops;
   }
 
+  /** True when the script would be empty: nothing queued, noted or failed. */
+  get empty(): boolean {
+    return this.#lines.length === 0 && this.#open === undefined && this.#error === undefined;
+  }
+
   /** Queues `add` of an object. */
   add(object: NftObject): void {
     this.#queue("add", object);
@@ -279,8 +321,8 @@ export class Transaction {
 
   /**
    * Validates `element` for `add` and returns its text inside the braces, for
-   * {@linkcode addItems}; undefined, with the error kept, when it is invalid.
-   * Lets a large render keep short strings instead of element objects.
+   * {@linkcode ElementLines}; undefined, with the error kept, when it is invalid.
+   * Lets a large render keep joined lines instead of element objects.
    */
   itemToAdd(element: Element): string | undefined {
     if (this.#error !== undefined) return undefined;
@@ -292,26 +334,24 @@ export class Transaction {
     return element.item("add");
   }
 
-  /** Queues `add` of the elements of `set` given as {@linkcode itemToAdd} texts, many per line. */
-  addItems(set: string, items: readonly string[]): void {
-    if (this.#error !== undefined || items.length === 0) return;
-    const problem = checkName("set", set);
+  /** Queues `add` of the elements gathered in `elements`, many per line. */
+  addLines(elements: ElementLines): void {
+    if (this.#error !== undefined || elements.count === 0) return;
+    const problem = checkName("set", elements.set);
     if (problem !== undefined) {
       this.#error = new TypeError(problem);
       return;
     }
+    this.#closeOpen();
     const { family, table } = this.#where;
-    for (let start = 0; start < items.length; start += ELEMENTS_PER_LINE) {
-      const chunk = items.slice(start, start + ELEMENTS_PER_LINE);
-      this.#lines.push({ head: `add element ${family} ${table} ${set}`, items: chunk });
-    }
-    this.#ops += items.length;
-    this.#open = undefined;
+    const head = `add element ${family} ${table} ${elements.set}`;
+    for (const line of elements.lines()) this.#lines.push(`${head} { ${line} }`);
+    this.#ops += elements.count;
   }
 
   /** Appends a `# text` comment line (ignored by nft), for readable scripts. */
   note(text: string): void {
-    this.#open = undefined;
+    this.#closeOpen();
     this.#lines.push(`# ${text.replaceAll("\n", " ")}`);
   }
 
@@ -323,31 +363,68 @@ export class Transaction {
       return;
     }
     this.#ops++;
-    if (object instanceof Element) {
-      const open = this.#open;
-      if (
-        open !== undefined && open.verb === verb && open.set === object.options.set &&
-        open.items.length < ELEMENTS_PER_LINE
-      ) {
-        open.items.push(object.item(verb));
-        return;
-      }
-      const items = [object.item(verb)];
-      const { family, table } = this.#where;
-      this.#lines.push({ head: `${verb} element ${family} ${table} ${object.options.set}`, items });
-      this.#open = { verb, set: object.options.set, items };
+    if (!(object instanceof Element)) {
+      this.#closeOpen();
+      this.#lines.push(object.write(verb, this.#where));
       return;
     }
+    const open = this.#open;
+    if (
+      open !== undefined && open.verb === verb && open.set === object.options.set &&
+      open.items.length < ELEMENTS_PER_LINE
+    ) {
+      open.items.push(object.item(verb));
+      return;
+    }
+    this.#closeOpen();
+    const { family, table } = this.#where;
+    const head = `${verb} element ${family} ${table} ${object.options.set}`;
+    this.#open = { verb, set: object.options.set, head, items: [object.item(verb)] };
+  }
+
+  #closeOpen(): void {
+    if (this.#open === undefined) return;
+    this.#lines.push(elementLine(this.#open));
     this.#open = undefined;
-    this.#lines.push(object.write(verb, this.#where));
   }
 
   /** The exact `nft -f` input. */
   toString(): string {
-    const body = this.#lines
-      .map((line) => typeof line === "string" ? line : `${line.head} { ${line.items.join(", ")} }`)
-      .join("\n");
-    const error = this.#error === undefined ? "" : `\n# ERROR: ${this.#error.message}`;
-    return this.#lines.length === 0 && error === "" ? "" : `${body}${error}\n`;
+    return [...this.chunks()].join("");
   }
+
+  /**
+   * The `nft -f` input in pieces of whole lines, about {@linkcode SCRIPT_CHUNK}
+   * characters each, made as they are read (and again on each iteration): a
+   * large script is written without ever being one string.
+   */
+  chunks(): Iterable<string> {
+    return { [Symbol.iterator]: () => this.#chunks() };
+  }
+
+  *#chunks(): Generator<string> {
+    const tail: string[] = [];
+    if (this.#open !== undefined) tail.push(elementLine(this.#open));
+    if (this.#error !== undefined) tail.push(`# ERROR: ${this.#error.message}`);
+    let piece: string[] = [];
+    let size = 0;
+    for (const lines of [this.#lines, tail]) {
+      for (const line of lines) {
+        piece.push(line);
+        size += line.length + 1;
+        if (size < SCRIPT_CHUNK) continue;
+        yield `${piece.join("\n")}\n`;
+        piece = [];
+        size = 0;
+      }
+    }
+    if (piece.length > 0) yield `${piece.join("\n")}\n`;
+  }
+}
+
+/** About how many characters {@linkcode Transaction.chunks} puts in one piece. */
+export const SCRIPT_CHUNK = 1 << 16;
+
+function elementLine(line: { head: string; items: string[] }): string {
+  return `${line.head} { ${line.items.join(", ")} }`;
 }

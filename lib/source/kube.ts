@@ -5,8 +5,8 @@
  * client-node's informers are not used: their typed deserializer drops
  * fields its model lacks (`spec.topologyKeys`), and they do not restart after
  * errors other than 410 Gone. Instead each resource runs its own list+watch
- * loop over `fetch`, with the connection settings and credentials of a
- * client-node `KubeConfig`:
+ * loop over `fetch`, with the connection settings and credentials of
+ * {@linkcode loadApiConnection}:
  *
  * - list (in pages), then watch from the list's resourceVersion with bookmarks;
  * - a dropped or ended stream is re-watched from the last resourceVersion seen;
@@ -23,9 +23,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { KubeConfig } from "@kubernetes/client-node";
 import type { ObjectKind, Source, SourceListener } from "./source.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
+import { type ApiConnection, type Credentials, loadApiConnection } from "./kubeconfig.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
 
@@ -83,8 +83,6 @@ export interface KubeSourceOptions {
   listPageSize?: number;
   /** How often to look again for an API that answered 404. @default {300000} */
   missingApiRetryMs?: number;
-  /** A ready KubeConfig to use instead of loading one (tests). */
-  kubeConfig?: KubeConfig;
 }
 
 /** A failed request: an HTTP status, or 0 when the server could not be reached. */
@@ -151,8 +149,7 @@ function describe(error: unknown): string {
  * ```
  */
 export class KubeSource implements Source {
-  readonly #kubeConfig: KubeConfig;
-  readonly #server: string;
+  readonly #connection: ApiConnection;
   readonly #resources: readonly ResourceSpec[];
   readonly #idleMs: number;
   readonly #timeoutSeconds: number;
@@ -163,21 +160,13 @@ export class KubeSource implements Source {
   #warnedInsecure = false;
 
   /**
-   * Configures the client: `options.kubeConfig`, else the kubeconfig file,
-   * else in-cluster config when KUBERNETES_SERVICE_HOST is set; `master`
-   * overrides the server.
+   * Configures the client: the kubeconfig file, else in-cluster config when
+   * KUBERNETES_SERVICE_HOST is set; `master` overrides the server.
    *
-   * @throws {Error} when no apiserver is configured.
+   * @throws {Error} when no apiserver is configured or the kubeconfig is unusable.
    */
   constructor(options: KubeSourceOptions) {
-    this.#kubeConfig = options.kubeConfig ?? loadKubeConfig(options);
-    const server = options.master || this.#kubeConfig.getCurrentCluster()?.server || "";
-    if (server === "") {
-      throw new Error(
-        "Cannot configure the apiserver client: no --kubeconfig, --master or in-cluster environment",
-      );
-    }
-    this.#server = server.replace(/\/+$/, "");
+    this.#connection = loadApiConnection(options);
     this.#resources = RESOURCES.filter((r) =>
       r.kind !== "ServiceCIDR" || options.serviceCIDRs !== false
     );
@@ -190,7 +179,7 @@ export class KubeSource implements Source {
 
   /** The apiserver URL in use. */
   get server(): string {
-    return this.#server;
+    return this.#connection.server;
   }
 
   /** Lists and watches every kind until `signal` aborts. */
@@ -231,20 +220,25 @@ export class KubeSource implements Source {
     while (!signal.aborted) {
       try {
         if (needList) {
-          const list = await this.#list(resource, signal);
+          const seen = new Set<string>();
+          const list = await this.#list(resource, signal, (items) => {
+            for (const object of items) {
+              seen.add(keyOf(object));
+              this.#upsertListed(resource, known, object, listener);
+            }
+          });
+          this.#deleteUnseen(resource, known, seen, listener);
           if (list === null) {
             if (!listed) {
               logger.info("No {kind} API on the apiserver, treating as empty", {
                 kind: resource.kind,
               });
             }
-            this.#replace(resource, known, [], listener);
             listed = true;
             context.onListed(resource.kind);
             await sleep(this.#missingRetryMs, signal);
             continue;
           }
-          this.#replace(resource, known, list.items, listener);
           resourceVersion = list.resourceVersion;
           needList = false;
           backoff.reset();
@@ -302,20 +296,31 @@ export class KubeSource implements Source {
     }
   }
 
-  /** Emits upserts for `items` and deletes for known objects not among them. */
-  #replace(
+  /**
+   * Emits an upsert for a listed object, unless the listener already has it
+   * at the same resourceVersion (a list restarted after its continuation
+   * expired, or a relist after 410 Gone, repeats unchanged objects).
+   */
+  #upsertListed(
     resource: ResourceSpec,
     known: Map<string, Json>,
-    items: Json[],
+    object: Json,
     listener: SourceListener,
   ): void {
-    const seen = new Set<string>();
-    for (const object of items) {
-      const key = keyOf(object);
-      seen.add(key);
-      known.set(key, stubOf(object));
-      listener({ type: "upsert", kind: resource.kind, object });
-    }
+    const key = keyOf(object);
+    const version = resourceVersionOf(object);
+    if (version !== "" && resourceVersionOf(known.get(key) ?? {}) === version) return;
+    known.set(key, stubOf(object));
+    listener({ type: "upsert", kind: resource.kind, object });
+  }
+
+  /** Emits deletes for known objects a complete list did not contain. */
+  #deleteUnseen(
+    resource: ResourceSpec,
+    known: Map<string, Json>,
+    seen: ReadonlySet<string>,
+    listener: SourceListener,
+  ): void {
     for (const [key, object] of known) {
       if (seen.has(key)) continue;
       known.delete(key);
@@ -323,12 +328,19 @@ export class KubeSource implements Source {
     }
   }
 
-  /** Lists a resource; null when the API does not exist and the resource is optional. */
+  /**
+   * Lists a resource page by page, handing each page's items to `onPage` so
+   * that no more than one page of raw objects is held at a time. Returns the
+   * list's resourceVersion, or null when the API does not exist and the
+   * resource is optional.
+   *
+   * @throws {GoneError} when a continuation expired: the list must restart.
+   */
   async #list(
     resource: ResourceSpec,
     signal: AbortSignal,
-  ): Promise<{ items: Json[]; resourceVersion: string } | null> {
-    const items: Json[] = [];
+    onPage: (items: Json[]) => void,
+  ): Promise<{ resourceVersion: string } | null> {
     let resourceVersion = "";
     let continueToken = "";
     do {
@@ -347,19 +359,19 @@ export class KubeSource implements Source {
       }
       if (response.status !== 200) throw await this.#statusError(response);
       const list = await response.json() as Json;
-      const page = Array.isArray(list.items) ? list.items as Json[] : [];
+      const items = Array.isArray(list.items) ? list.items as Json[] : [];
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
-      for (const item of page) {
+      for (const item of items) {
         // Items of a list carry no kind/apiVersion; give them their own for consumers.
         item.kind ??= resource.kind;
         if (apiVersion) item.apiVersion ??= apiVersion;
-        items.push(item);
       }
+      onPage(items);
       if (continueToken === "") resourceVersion = resourceVersionOf(list);
       const next = metadataOf(list).continue;
       continueToken = typeof next === "string" ? next : "";
     } while (continueToken !== "");
-    return { items, resourceVersion };
+    return { resourceVersion };
   }
 
   /**
@@ -452,53 +464,27 @@ export class KubeSource implements Source {
   }
 
   async #request(pathAndQuery: string, signal: AbortSignal): Promise<Response> {
-    const options: Json = { headers: {} };
-    if (this.#kubeConfig.getCurrentUser() || this.#kubeConfig.getCurrentCluster()) {
-      await this.#kubeConfig.applyToHTTPSOptions(options);
-    }
+    const credentials = await this.#connection.credentials();
     const headers = new Headers({ Accept: "application/json" });
-    for (const [name, value] of Object.entries(options.headers ?? {})) {
-      headers.set(name, String(value));
-    }
+    for (const [name, value] of Object.entries(credentials.headers)) headers.set(name, value);
     const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
-    if (this.#server.startsWith("https:")) init.client = this.#clientFor(options);
-    return await fetch(`${this.#server}${pathAndQuery}`, init);
+    const server = this.#connection.server;
+    if (server.startsWith("https:")) init.client = this.#clientFor(credentials);
+    return await fetch(`${server}${pathAndQuery}`, init);
   }
 
   /** A TLS client with the kubeconfig's CA and client certificate, made once. */
-  #clientFor(options: Json): Deno.HttpClient | undefined {
+  #clientFor(credentials: Credentials): Deno.HttpClient | undefined {
     if (this.#httpClient) return this.#httpClient;
-    if (options.rejectUnauthorized === false && !this.#warnedInsecure) {
+    if (credentials.insecureSkipTLSVerify && !this.#warnedInsecure) {
       this.#warnedInsecure = true;
       logger.warn("insecure-skip-tls-verify is not supported; verifying the apiserver certificate");
     }
-    const text = (value: unknown) =>
-      value === undefined || value === null ? undefined : String(value);
-    const ca = text(options.ca);
-    const cert = text(options.cert);
-    const key = text(options.key);
+    const { ca, cert, key } = credentials;
     if (!ca && !(cert && key)) return undefined;
     this.#httpClient = cert && key
       ? Deno.createHttpClient({ caCerts: ca ? [ca] : undefined, cert, key })
       : Deno.createHttpClient({ caCerts: ca ? [ca] : undefined });
     return this.#httpClient;
-  }
-}
-
-function loadKubeConfig(options: KubeSourceOptions): KubeConfig {
-  const kubeConfig = new KubeConfig();
-  if (options.kubeconfig !== "") {
-    kubeConfig.loadFromFile(options.kubeconfig);
-  } else if (inCluster()) {
-    kubeConfig.loadFromCluster();
-  }
-  return kubeConfig;
-}
-
-function inCluster(): boolean {
-  try {
-    return (Deno.env.get("KUBERNETES_SERVICE_HOST") ?? "") !== "";
-  } catch {
-    return false;
   }
 }

@@ -1,15 +1,16 @@
 /**
- * The memory and start-up floor of kproxy: a Deno process that loads
- * `@kubernetes/client-node` (as kproxy's apiserver source does) and a
- * KubeConfig, prints `ready` and waits until stdin closes.
+ * The memory and start-up floor of kproxy: a Deno process that loads the
+ * modules a kproxy process in nftables mode loads (the app, the backends and
+ * the apiserver source), prints `ready` and waits until stdin closes.
  *
  * @module
  */
 
-import { KubeConfig } from "@kubernetes/client-node";
+import "../../lib/app.ts";
+import "../../lib/source/kube.ts";
+import "../../backends/registry.ts";
 
 if (import.meta.main) {
-  new KubeConfig();
   console.log("ready");
   for await (const _ of Deno.stdin.readable) {
     // Stay alive until the parent closes stdin.

@@ -3,8 +3,8 @@
  * process (`deno run --allow-all main.ts`, with the V8 flags `deno task
  * compile` bakes into the executable) inside a `kp-b-*` namespace,
  * against a fake apiserver process serving a synthetic cluster in the same
- * namespace. The floor beside them: a Deno process that only loads
- * `@kubernetes/client-node`.
+ * namespace. The floor beside them: a Deno process that only loads kproxy's
+ * modules.
  *
  * @module
  */
@@ -35,7 +35,7 @@ export interface ProcessRow {
   listFloorMs: number;
 }
 
-/** Memory of a Deno process that only loaded client-node (kproxy's floor). */
+/** Memory of a Deno process that only loaded kproxy's modules (its floor). */
 export interface FloorRow {
   startupMs: number;
   peakRssMiB: number;
@@ -198,7 +198,7 @@ export async function benchProcess(options: {
   });
 }
 
-/** Start-up time and peak RSS of a Deno process that only loads client-node. */
+/** Start-up time and peak RSS of a Deno process that only loads kproxy's modules. */
 export async function benchFloor(): Promise<FloorRow> {
   const startedAt = performance.now();
   const child = new Deno.Command(Deno.execPath(), {

@@ -269,7 +269,7 @@ function processSection(results: BenchResults): string {
   ]);
   if (results.floor) {
     rows.push([
-      "floor: Deno + client-node only",
+      "floor: Deno + kproxy's modules",
       "–",
       fmtS(results.floor.startupMs),
       `${results.floor.peakRssMiB.toFixed(0)} MiB`,
@@ -411,7 +411,7 @@ export function renderMarkdown(results: BenchResults): string {
     "bench namespace against a fake apiserver process in the same namespace; the time runs from",
     "spawning it to its `Programmed the initial rules` log line. Peak RSS is `VmHWM` from",
     "`/proc/<pid>/status` three seconds after the first sync. The floor is a Deno process that",
-    "only loads `@kubernetes/client-node`; the last column is how long the fake apiserver takes",
+    "only loads kproxy's modules; the last column is how long the fake apiserver takes",
     "to serve one paged list of everything (part of any start-up against it).",
     "",
     processSection(results),

@@ -573,7 +573,7 @@ export class FakeApiServer {
  * Writes a kubeconfig pointing at `server` with a bearer token
  * `fake-token`, and returns its path. For a TLS server it trusts the
  * server's certificate; for plain HTTP it sets `insecure-skip-tls-verify`,
- * without which client-node refuses the server.
+ * as kubeconfigs for plain HTTP servers usually do.
  *
  * @param server The fake apiserver.
  * @param path Where to write it. @default a new temporary file

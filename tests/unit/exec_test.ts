@@ -28,6 +28,14 @@ Deno.test("DenoExecutor.run() pipes stdin and captures stdout", async () => {
   assert.deepEqual(result, { code: 0, stdout: "hello\nworld\n", stderr: "" });
 });
 
+Deno.test("DenoExecutor.run() writes a stdin larger than one chunk whole, surrogate pairs intact", async () => {
+  // 65535 ASCII characters put the emoji's surrogate pair across the 64 KiB chunk boundary.
+  const stdin = `${"a".repeat(65_535)}\u{1F600}${"b\n".repeat(100_000)}`;
+  const result = await shellExecutor.run({ program: "cat", args: [], stdin });
+  assert.equal(result.stdout.length, stdin.length);
+  assert.equal(result.stdout, stdin);
+});
+
 Deno.test("DenoExecutor.run() returns a non-zero exit as a result with stderr", async () => {
   const result = await shellExecutor.run({
     program: "sh",

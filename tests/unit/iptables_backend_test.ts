@@ -3,7 +3,7 @@ import { createIptablesBackend } from "../../backends/iptables/mod.ts";
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Config } from "../../lib/config_types.ts";
-import { type Command, FakeExecutor } from "../../lib/exec.ts";
+import { type Command, FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
 import { emptyPlan } from "../../lib/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES, uniformCluster } from "../golden/iptables/fixtures.ts";
 
@@ -22,7 +22,7 @@ function nftBackend(executor: FakeExecutor, options: { nftChainsPerRestore?: num
   });
 }
 
-function restores(calls: Command[]): Command[] {
+function restores(calls: RecordedCommand[]): RecordedCommand[] {
   return calls.filter((call) => call.program.endsWith("-restore"));
 }
 

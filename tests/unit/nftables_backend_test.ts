@@ -1,7 +1,12 @@
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/mod.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import { type Command, CommandError, type CommandResult, FakeExecutor } from "../../lib/exec.ts";
+import {
+  CommandError,
+  type CommandResult,
+  FakeExecutor,
+  type RecordedCommand,
+} from "../../lib/exec.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 
@@ -18,7 +23,7 @@ const v6 = plan([
   }),
 ], { family: "IPv6" });
 
-function nftCalls(executor: FakeExecutor): Command[] {
+function nftCalls(executor: FakeExecutor): RecordedCommand[] {
   return executor.calls.filter((c) => c.program === "nft");
 }
 
@@ -129,14 +134,14 @@ class FakeNftKernel {
   readonly chains = new Map<string, string[]>();
   generation = 0;
 
-  handle = (command: Command): CommandResult => ({
+  handle = (command: RecordedCommand): CommandResult => ({
     code: 0,
     stdout: "",
     stderr: "",
     ...this.#answer(command),
   });
 
-  #answer(command: Command): Partial<CommandResult> {
+  #answer(command: RecordedCommand): Partial<CommandResult> {
     const args = command.args;
     if (args[0] === "-f") {
       for (const line of (command.stdin ?? "").split("\n")) {

@@ -9,6 +9,8 @@ import { serviceObjectName, shortHash } from "../../backends/nftables/names.ts";
 import {
   Chain,
   Element,
+  ElementLines,
+  ELEMENTS_PER_LINE,
   NftSet,
   Rule,
   Table,
@@ -472,15 +474,24 @@ Deno.test("renderFull() gives a dispatch key and its slots to the first service 
   assert.match(script, /172\.30\.4\.1 \. tcp \. 80 : goto dnat-2-masq-nonlocal/);
 });
 
-Deno.test("Transaction.addItems() writes validated element texts many per line", () => {
+Deno.test("Transaction.addLines() writes validated element texts many per line", () => {
   const tx = new Transaction(where);
-  const items = ["10.0.0.1", "10.0.0.2"].map((ip) =>
-    tx.itemToAdd(new Element({ set: "cluster-ips", key: [ip] }))!
-  );
-  tx.addItems("cluster-ips", items);
+  const lines = new ElementLines("cluster-ips");
+  for (const ip of ["10.0.0.1", "10.0.0.2"]) {
+    lines.push(tx.itemToAdd(new Element({ set: "cluster-ips", key: [ip] }))!);
+  }
+  tx.addLines(lines);
   assert.equal(tx.toString(), "add element ip kproxy cluster-ips { 10.0.0.1, 10.0.0.2 }\n");
   assert.equal(tx.length, 2);
   assert.equal(tx.itemToAdd(new Element({ set: "cluster-ips", key: ["1.2.3.4 }"] })), undefined);
   assert.match(tx.error?.message ?? "", /Cannot use element key/);
   assert.match(tx.toString(), /# ERROR: Cannot use element key/);
+});
+
+Deno.test("ElementLines starts a new script line every ELEMENTS_PER_LINE elements", () => {
+  const lines = new ElementLines("hairpin");
+  for (let i = 0; i < ELEMENTS_PER_LINE + 1; i++) lines.push(`${i}`);
+  assert.equal(lines.count, ELEMENTS_PER_LINE + 1);
+  assert.equal(lines.lines().length, 2);
+  assert.equal(lines.lines()[1], `${ELEMENTS_PER_LINE}`);
 });

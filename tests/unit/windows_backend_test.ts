@@ -9,7 +9,7 @@ import {
   renderWindows,
 } from "../../backends/windows/render.ts";
 import type { SyncRequest } from "../../backends/backend.ts";
-import { type Command, type CommandResult, FakeExecutor } from "../../lib/exec.ts";
+import { type CommandResult, FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 
@@ -29,7 +29,7 @@ class FakeHns {
   readonly scripts: string[] = [];
   readonly executor = new FakeExecutor((command) => this.#run(command));
 
-  #run(command: Command): CommandResult {
+  #run(command: RecordedCommand): CommandResult {
     assertEquals(command.program, "powershell.exe");
     assertEquals(command.args, [...POWERSHELL_ARGS]);
     const script = command.stdin ?? "";
