@@ -15,7 +15,18 @@ async function buildBundle(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "kproxy-bundle-" });
   const output = `${dir}/kproxy.js`;
   const { success, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["bundle", "--quiet", "--platform", "deno", "-o", output, `${root}main.ts`],
+    args: [
+      "bundle",
+      "--quiet",
+      "--platform",
+      "deno",
+      // As `deno task bundle`: client-node is loaded only for exec-plugin users.
+      "--external",
+      "@kubernetes/client-node",
+      "-o",
+      output,
+      `${root}main.ts`,
+    ],
     cwd: root,
     stdout: "null",
   }).output();
