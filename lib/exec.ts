@@ -133,6 +133,7 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
     // Read the output while writing stdin: a program that answers as it
     // reads would otherwise block on a full pipe.
     const finished = child.output();
+    finished.catch(() => {}); // awaited below; no unhandled rejection while stdin is written
     if (command.stdin !== undefined) {
       await writeAll(child.stdin, command.stdin);
     }

@@ -184,6 +184,10 @@ export class KubeSource implements Source {
 
   /** Lists and watches every kind until `signal` aborts. */
   async start(listener: SourceListener, signal: AbortSignal): Promise<void> {
+    logger.info("Listing from the apiserver at {server} ({origin} settings)", {
+      server: this.#connection.server,
+      origin: this.#connection.origin,
+    });
     const pending = new Set(this.#resources.map((r) => r.kind));
     const onListed = (kind: ObjectKind) => {
       if (!pending.delete(kind) || pending.size > 0 || signal.aborted) return;
