@@ -14,7 +14,13 @@
  */
 
 import { dirname, isAbsolute, join } from "node:path";
+import { getLogger } from "@logtape/logtape";
 import { parse as parseYaml } from "yaml";
+
+const logger = getLogger(["kproxy", "source", "kubeconfig"]);
+
+/** Cluster fields kproxy's HTTP client cannot honour; a kubeconfig using them gets a warning. */
+const UNSUPPORTED_CLUSTER_FIELDS = ["proxy-url", "tls-server-name"];
 
 /** What one request to the apiserver carries. */
 export interface Credentials {
@@ -227,6 +233,14 @@ function readKubeconfig(
   const server = typeof cluster.server === "string" ? cluster.server : "";
   const ca = pemOf(cluster, "certificate-authority", base, `${where}: cluster "${clusterName}"`);
   const insecureSkipTLSVerify = cluster["insecure-skip-tls-verify"] === true;
+  for (const field of UNSUPPORTED_CLUSTER_FIELDS) {
+    if (cluster[field] === undefined) continue;
+    logger.warn("{where}: cluster {cluster} sets {field}, which kproxy ignores", {
+      where,
+      cluster: clusterName,
+      field,
+    });
+  }
 
   if (Object.keys(user).some((key) => !OWN_USER_FIELDS.has(key))) {
     return { server, credentials: clientNodeCredentials(path) };

@@ -132,9 +132,9 @@ Deno.test({
       await t.step("a watch that stalls silently is re-established", async () => {
         server.stallWatches();
         setEndpoints(a2);
-        const elapsed = await converged(topology, a2);
+        // Within a few idle timeouts, long before the server would end the watch.
+        await converged(topology, a2, 8_000);
         assert.ok(logs.matching(/sent nothing for/).length >= 1, "no idle re-watch was logged");
-        assert.ok(elapsed < 8_000, `the change took ${elapsed} ms`);
       });
 
       await t.step("slow responses", async () => {

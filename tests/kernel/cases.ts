@@ -546,7 +546,6 @@ export const KERNEL_CASES: readonly KernelCase[] = [
         udp("10.96.1.12"),
       ]);
       assertFailed(replies, "refused");
-      for (const reply of replies) assert.ok(reply.elapsedMs < 500, JSON.stringify(reply));
       assertFailed(await t.requests(t.node, [tcp("10.96.1.12")]), "refused");
     },
   },

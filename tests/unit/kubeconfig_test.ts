@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { configure, type LogRecord, reset } from "@logtape/logtape";
 import {
   type ApiConnectionOptions,
   loadApiConnection,
@@ -278,4 +279,34 @@ Deno.test("loadApiConnection() hands an exec plugin to client-node", async () =>
     const credentials = await connection.credentials();
     assert.equal(credentials.headers.Authorization, "Bearer from-exec");
   });
+});
+
+Deno.test("loadApiConnection() warns about cluster fields it cannot honour", async () => {
+  const records: LogRecord[] = [];
+  await configure({
+    sinks: { buffer: (record) => records.push(record) },
+    loggers: [
+      { category: ["kproxy", "source"], sinks: ["buffer"], lowestLevel: "debug" },
+      { category: ["logtape", "meta"], sinks: [], lowestLevel: "error" },
+    ],
+    reset: true,
+  });
+  try {
+    await withFiles({
+      config: kubeconfig({ server: "https://api", "proxy-url": "http://proxy:3128" }, {
+        token: "t",
+      }),
+    }, (dir) => {
+      load(dir);
+      return Promise.resolve();
+    });
+    assert.equal(records.length, 1);
+    assert.equal(records[0]?.level, "warning");
+    assert.deepEqual(
+      { cluster: records[0]?.properties.cluster, field: records[0]?.properties.field },
+      { cluster: "k", field: "proxy-url" },
+    );
+  } finally {
+    await reset();
+  }
 });
