@@ -8,6 +8,7 @@ import {
   renderIpvsadmRestore,
 } from "../../backends/ipvs/render.ts";
 import { renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
+import { spawnCommand } from "../../lib/exec.ts";
 import { planOf, SCENARIOS, servicePort } from "./ipvs/plans.ts";
 
 const GOLDEN_DIR = new URL("./ipvs/", import.meta.url);
@@ -70,20 +71,8 @@ Deno.test("renderIpvs() is deterministic regardless of endpoint order", () => {
 // ---- Kernel validation inside throwaway network namespaces. ----
 
 async function run(args: string[], stdin?: string): Promise<{ code: number; out: string }> {
-  const child = new Deno.Command(args[0]!, {
-    args: args.slice(1),
-    stdin: stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (stdin !== undefined) {
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(stdin));
-    await writer.close();
-  }
-  const output = await child.output();
-  const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
-  return { code: output.code, out: decode(output.stdout) + decode(output.stderr) };
+  const { code, stdout, stderr } = await spawnCommand({ program: args[0]!, args: args.slice(1), stdin });
+  return { code, out: stdout + stderr };
 }
 
 async function canUseNetns(): Promise<string | undefined> {

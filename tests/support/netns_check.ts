@@ -6,6 +6,8 @@
  * @module
  */
 
+import { spawnCommand } from "../../lib/exec.ts";
+
 /** The programs a {@linkcode NetnsChecker} can run, by what they validate. */
 export type CheckTool =
   | "nft"
@@ -22,20 +24,8 @@ export interface ToolResult {
 }
 
 async function run(program: string, args: string[], stdin = ""): Promise<ToolResult> {
-  const child = new Deno.Command(program, {
-    args,
-    stdin: "piped",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  try {
-    await writer.write(new TextEncoder().encode(stdin));
-  } finally {
-    await writer.close().catch(() => {});
-  }
-  const output = await child.output();
-  return { ok: output.success, code: output.code, stderr: new TextDecoder().decode(output.stderr) };
+  const { code, stderr } = await spawnCommand({ program, args, stdin });
+  return { ok: code === 0, code, stderr };
 }
 
 async function hasProgram(program: string): Promise<boolean> {

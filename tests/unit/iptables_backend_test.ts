@@ -3,9 +3,11 @@ import { createIptablesBackend } from "../../backends/iptables/mod.ts";
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { Config } from "../../lib/config_types.ts";
-import { type Command, FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
 import { emptyPlan } from "../../lib/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES, uniformCluster } from "../golden/iptables/fixtures.ts";
+import { NetnsExecutor } from "../../scripts/netns.ts";
+import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 
 function config(iptables: Partial<Config["iptables"]> = {}): Config {
   const base = defaultConfig("node-a");
@@ -331,43 +333,15 @@ Deno.test("createIptablesBackend() flushes stale UDP conntrack entries after a s
   );
 });
 
-function netnsSkipReason(): string | undefined {
-  if (Deno.build.os !== "linux") return "not Linux";
-  if (Deno.uid() !== 0) return "not root: cannot create network namespaces";
-  const programs = ["ip", "iptables-nft-restore", "iptables-legacy-restore"];
-  const missing = programs.filter((p) =>
-    !["/usr/sbin", "/sbin", "/usr/bin"].some((dir) => {
-      try {
-        return Deno.statSync(`${dir}/${p}`).isFile;
-      } catch {
-        return false;
-      }
-    })
-  );
-  return missing.length > 0 ? `missing programs: ${missing.join(", ")}` : undefined;
-}
-
-const NETNS_SKIP = netnsSkipReason();
-if (NETNS_SKIP) console.log(`Skipping iptables backend netns test: ${NETNS_SKIP}`);
+const NETNS_SKIP = await netnsSkipReason(["iptables-nft-restore", "iptables-legacy-restore"]);
 
 Deno.test({
   name:
     "createIptablesBackend() syncs, detects drift and cleans up in a network namespace (nft and legacy)",
   ignore: NETNS_SKIP !== undefined,
   fn: async (t) => {
-    const { DenoExecutor, ALL_PROGRAMS } = await import("../../lib/exec.ts");
-    const namespace = `kp-ipt-${crypto.randomUUID().slice(0, 8)}`;
-    const host = new DenoExecutor({ allowedPrograms: ALL_PROGRAMS });
-    const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
-    assert.equal(added.code, 0, added.stderr);
-    const executor = {
-      run: (command: Command) =>
-        host.run({
-          ...command,
-          program: "ip",
-          args: ["netns", "exec", namespace, command.program, ...command.args],
-        }),
-    };
+    const checker = await NetnsChecker.create("kp-ipt");
+    const executor = new NetnsExecutor({ namespace: checker.name });
     const save = async (program: string) =>
       (await executor.run({ program, args: ["-t", "nat"] })).stdout;
     try {
@@ -435,7 +409,7 @@ Deno.test({
         });
       }
     } finally {
-      await host.run({ program: "ip", args: ["netns", "del", namespace] });
+      await checker.destroy();
     }
   },
 });
