@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { configure, type LogRecord, reset } from "@logtape/logtape";
+import { withLogRecords } from "../support/logs.ts";
 import {
   type ApiConnectionOptions,
   loadApiConnection,
@@ -282,21 +282,11 @@ Deno.test("loadApiConnection() hands an exec plugin to client-node", async () =>
 });
 
 Deno.test("loadApiConnection() warns about cluster fields it cannot honour", async () => {
-  const records: LogRecord[] = [];
-  await configure({
-    sinks: { buffer: (record) => records.push(record) },
-    loggers: [
-      { category: ["kproxy", "source"], sinks: ["buffer"], lowestLevel: "debug" },
-      { category: ["logtape", "meta"], sinks: [], lowestLevel: "error" },
-    ],
-    reset: true,
-  });
-  try {
-    await withFiles({
-      config: kubeconfig({ server: "https://api", "proxy-url": "http://proxy:3128" }, {
-        token: "t",
-      }),
-    }, (dir) => {
+  await withLogRecords(["kproxy", "source"], async (records) => {
+    const config = kubeconfig({ server: "https://api", "proxy-url": "http://proxy:3128" }, {
+      token: "t",
+    });
+    await withFiles({ config }, (dir) => {
       load(dir);
       return Promise.resolve();
     });
@@ -306,7 +296,5 @@ Deno.test("loadApiConnection() warns about cluster fields it cannot honour", asy
       { cluster: records[0]?.properties.cluster, field: records[0]?.properties.field },
       { cluster: "k", field: "proxy-url" },
     );
-  } finally {
-    await reset();
-  }
+  });
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { configure, type LogRecord, reset } from "@logtape/logtape";
 import { Tracker } from "../../lib/tracker.ts";
 import type { ObjectKind } from "../../lib/source/source.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 type Json = Record<string, any>;
 
@@ -299,16 +299,7 @@ Deno.test("Tracker.drain() after one change reports that service only and shares
 });
 
 Deno.test("Tracker logs one warning per distinct error of an invalid object", async () => {
-  const records: LogRecord[] = [];
-  await configure({
-    sinks: { buffer: (record) => records.push(record) },
-    loggers: [
-      { category: ["kproxy", "tracker"], sinks: ["buffer"], lowestLevel: "debug" },
-      { category: ["logtape", "meta"], sinks: [], lowestLevel: "error" },
-    ],
-    reset: true,
-  });
-  try {
+  await withLogRecords(["kproxy", "tracker"], (records) => {
     const tracker = newTracker();
     const bad = svc("web", { ports: [{ port: 70000 }] });
     tracker.apply(upsert("Service", bad));
@@ -321,7 +312,5 @@ Deno.test("Tracker logs one warning per distinct error of an invalid object", as
       key: "default/web",
       reason: "spec.ports[0].port: 70000 is out of range 1-65535",
     });
-  } finally {
-    await reset();
-  }
+  });
 });
