@@ -160,7 +160,7 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
 const STDIN_CHUNK = 1 << 16;
 
 /** A command's stdin as one string, for records and messages. */
-export function stdinText(stdin: string | Iterable<string>): string {
+function stdinText(stdin: string | Iterable<string>): string {
   return typeof stdin === "string" ? stdin : [...stdin].join("");
 }
 

@@ -276,8 +276,8 @@ export class Transaction {
   /** Script lines, without the open element line. */
   readonly #lines: string[] = [];
   #ops = 0;
-  /** The last line while it is an element line that more elements may join. */
-  #open?: { verb: Verb; set: string; head: string; items: string[] };
+  /** The trailing run of elements of one verb and set, which more elements may join. */
+  #open?: { verb: Verb; elements: ElementLines };
   #error?: TypeError;
 
   constructor(where: TableRef) {
@@ -343,9 +343,7 @@ export class Transaction {
       return;
     }
     this.#closeOpen();
-    const { family, table } = this.#where;
-    const head = `add element ${family} ${table} ${elements.set}`;
-    for (const line of elements.lines()) this.#lines.push(`${head} { ${line} }`);
+    this.#lines.push(...this.#elementLines("add", elements));
     this.#ops += elements.count;
   }
 
@@ -368,24 +366,25 @@ export class Transaction {
       this.#lines.push(object.write(verb, this.#where));
       return;
     }
-    const open = this.#open;
-    if (
-      open !== undefined && open.verb === verb && open.set === object.options.set &&
-      open.items.length < ELEMENTS_PER_LINE
-    ) {
-      open.items.push(object.item(verb));
-      return;
+    const set = object.options.set;
+    if (this.#open?.verb !== verb || this.#open.elements.set !== set) {
+      this.#closeOpen();
+      this.#open = { verb, elements: new ElementLines(set) };
     }
-    this.#closeOpen();
-    const { family, table } = this.#where;
-    const head = `${verb} element ${family} ${table} ${object.options.set}`;
-    this.#open = { verb, set: object.options.set, head, items: [object.item(verb)] };
+    this.#open.elements.push(object.item(verb));
   }
 
   #closeOpen(): void {
     if (this.#open === undefined) return;
-    this.#lines.push(elementLine(this.#open));
+    this.#lines.push(...this.#elementLines(this.#open.verb, this.#open.elements));
     this.#open = undefined;
+  }
+
+  /** The script lines of `verb` for the elements gathered in `elements`. */
+  #elementLines(verb: Verb, elements: ElementLines): string[] {
+    const { family, table } = this.#where;
+    const head = `${verb} element ${family} ${table} ${elements.set}`;
+    return elements.lines().map((line) => `${head} { ${line} }`);
   }
 
   /** The exact `nft -f` input. */
@@ -403,8 +402,9 @@ export class Transaction {
   }
 
   *#chunks(): Generator<string> {
-    const tail: string[] = [];
-    if (this.#open !== undefined) tail.push(elementLine(this.#open));
+    const tail = this.#open === undefined
+      ? []
+      : this.#elementLines(this.#open.verb, this.#open.elements);
     if (this.#error !== undefined) tail.push(`# ERROR: ${this.#error.message}`);
     let piece: string[] = [];
     let size = 0;
@@ -424,7 +424,3 @@ export class Transaction {
 
 /** About how many characters {@linkcode Transaction.chunks} puts in one piece. */
 export const SCRIPT_CHUNK = 1 << 16;
-
-function elementLine(line: { head: string; items: string[] }): string {
-  return `${line.head} { ${line.items.join(", ")} }`;
-}

@@ -13,6 +13,7 @@ import {
   ELEMENTS_PER_LINE,
   NftSet,
   Rule,
+  SCRIPT_CHUNK,
   Table,
   Transaction,
 } from "../../backends/nftables/transaction.ts";
@@ -494,4 +495,24 @@ Deno.test("ElementLines starts a new script line every ELEMENTS_PER_LINE element
   assert.equal(lines.count, ELEMENTS_PER_LINE + 1);
   assert.equal(lines.lines().length, 2);
   assert.equal(lines.lines()[1], `${ELEMENTS_PER_LINE}`);
+});
+
+Deno.test("Transaction.chunks() gives the script in pieces of whole lines", () => {
+  const tx = new Transaction(where);
+  for (let i = 0; i < 3000; i++) {
+    tx.add(new Rule({ chain: "services", rule: `ip daddr 10.0.${i >> 8}.${i & 255} accept` }));
+  }
+  for (let i = 0; i < 1500; i++) {
+    tx.add(new Element({ set: "cluster-ips", key: [`10.1.0.${i % 250}`] }));
+  }
+  const chunks = [...tx.chunks()];
+  assert.ok(chunks.length > 1, `${chunks.length} chunk(s)`);
+  for (const chunk of chunks) {
+    assert.ok(chunk.endsWith("\n"));
+    assert.ok(chunk.length < SCRIPT_CHUNK + 200, `${chunk.length} characters`);
+  }
+  assert.equal(chunks.join(""), tx.toString());
+  assert.equal([...tx.chunks()].join(""), tx.toString(), "each iteration gives the same script");
+  const elementLines = tx.toString().split("\n").filter((l) => l.startsWith("add element"));
+  assert.equal(elementLines.length, 2, "1500 elements of one set in lines of ELEMENTS_PER_LINE");
 });
