@@ -127,8 +127,8 @@ export function diffListings(desired: Listing, kernel: Listing): BlockDiff[] {
 
 /**
  * Groups block differences by the service they concern: a block named after
- * a service port (`svc-HASH-ns/name/…`), lines that name one (a verdict
- * `goto svc-…-ns/name/…`, an iptables comment `"ns/name:port"`), or lines
+ * a service port (`svc-ns/name/…`), lines that name one (a verdict
+ * `goto svc-ns/name/…`, an iptables comment `"ns/name:port"`), or lines
  * `ownerOf` attributes (map elements keyed by a service's address and port).
  */
 export function groupByService(
@@ -205,7 +205,7 @@ export function elementOwners(plans: readonly Plan[]): (line: string) => string 
 }
 
 function serviceOf(text: string): string | undefined {
-  const nft = /\b(?:svc|ext|aff|affx)-[0-9A-Za-z]+-([^/\s]+)\/([^/\s]+)\//.exec(text);
+  const nft = /\b(?:svc|ext|aff|affx)-([a-z0-9-]+)\/([a-z0-9-]+)\//.exec(text);
   if (nft) return `${nft[1]}/${nft[2]}`;
   const comment = /--comment "?([a-z0-9][-a-z0-9.]*)\/([a-z0-9][-a-z0-9.]*)[:"\s]/.exec(text);
   if (comment) return `${comment[1]}/${comment[2]}`;

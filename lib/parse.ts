@@ -116,6 +116,11 @@ function optionalBoolean(parent: Json, key: string, field: string): boolean | un
   return value;
 }
 
+/** Whether `value` is a DNS-1123 label: 1 to 63 lower-case alphanumerics or `-`, alphanumeric at both ends. */
+export function isDNS1123Label(value: string): boolean {
+  return value.length > 0 && value.length <= 63 && DNS1123_LABEL.test(value);
+}
+
 function checkDNSLabel(value: string, field: string): string {
   if (value.length === 0) fail(field, value, "must not be empty");
   if (value.length > 63) fail(field, value, "is longer than 63 characters");

@@ -1,82 +1,74 @@
 /**
- * Stable nftables object names for service ports, in the style of upstream's
- * `hashAndTruncate`: `<prefix>-<HASH>-<ns>/<name>/<proto>/<port name>`. The
- * hash makes the name unique whatever truncation or character replacement
- * did; the rest makes it recognisable in `nft list ruleset`.
+ * nftables object names for service ports:
+ * `<kind>-<namespace>/<name>/<protocol>/<port name, or _ when unnamed>`.
+ *
+ * Collision-free by construction, with nothing cut and nothing hashed: the
+ * namespace, the name and a port name are DNS-1123 labels (`lib/parse.ts`
+ * admits nothing else, and {@linkcode serviceNameSuffix} checks again), so
+ * none holds `/`, and `_` is no port name; the kind (`svc`, `ext`, `aff`,
+ * `affx`) ends at its first `-`. Two service ports therefore share a name only
+ * when they share an id. The longest name (`affx-`, two 63-character labels,
+ * `sctp`, a 63-character port name) is 201 characters, within the 255 the
+ * kernel allows a chain or set name.
  *
  * @module
  */
 
+import { isDNS1123Label } from "../../lib/parse.ts";
 import type { ServicePortPlan } from "../../lib/plan.ts";
-
-/** Longest name kproxy gives an nftables object (the kernel allows 255). */
-export const MAX_NAME_LENGTH = 200;
-
-const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-
-/**
- * 8 base32 characters (40 bits) of a fast 53-bit string hash (cyrb53). Not
- * cryptographic: the hash only keeps names unique when truncation or
- * character replacement makes the readable parts of two ids equal.
- */
-export function shortHash(text: string): string {
-  let h1 = 0xdeadbeef;
-  let h2 = 0x41c6ce57;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    h1 = Math.imul(h1 ^ c, 2654435761);
-    h2 = Math.imul(h2 ^ c, 1597334677);
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-  let value = (h2 & 0x1fffff) * 0x100000000 + (h1 >>> 0);
-  let out = "";
-  for (let i = 0; i < 8; i++) {
-    out += BASE32[value % 32];
-    value = Math.floor(value / 32);
-  }
-  return out;
-}
-
-function safe(text: string): string {
-  return text.replace(/[^a-zA-Z0-9_.-]/g, "_");
-}
 
 /** Object kinds named per service port. */
 export type ServiceObjectKind = "svc" | "ext" | "aff" | "affx";
 
-/**
- * The part of a service port's object names after the kind:
- * `<HASH>-<ns>/<name>/<proto>/<port name or _>`.
- */
-export function serviceNameSuffix(
-  service: Pick<ServicePortPlan, "id" | "namespace" | "name" | "portName" | "protocol">,
-): string {
-  const readable = [
-    safe(service.namespace),
-    safe(service.name),
-    service.protocol.toLowerCase(),
-    service.portName === "" ? "_" : safe(service.portName),
-  ].join("/");
-  return `${shortHash(service.id)}-${readable}`;
+/** The fields of a service port its object names are made of. */
+export type NamedServicePort = Pick<
+  ServicePortPlan,
+  "id" | "namespace" | "name" | "portName" | "protocol"
+>;
+
+function label(service: NamedServicePort, field: string, value: string): string {
+  if (!isDNS1123Label(value)) {
+    throw new TypeError(
+      `Cannot name service port "${service.id}": ${field} "${value}" is not a DNS-1123 label`,
+    );
+  }
+  return value;
 }
 
 /**
- * The name of one per-service-port object, derived from its id only.
+ * The part of a service port's object names after the kind:
+ * `<ns>/<name>/<proto>/<port name or _>`.
+ *
+ * @throws {TypeError} when the namespace, name or port name is not a DNS-1123
+ * label or the protocol is not TCP, UDP or SCTP
+ */
+export function serviceNameSuffix(service: NamedServicePort): string {
+  if (!["TCP", "UDP", "SCTP"].includes(service.protocol)) {
+    throw new TypeError(
+      `Cannot name service port "${service.id}": protocol "${service.protocol}" is not TCP, UDP or SCTP`,
+    );
+  }
+  return [
+    label(service, "namespace", service.namespace),
+    label(service, "name", service.name),
+    service.protocol.toLowerCase(),
+    service.portName === "" ? "_" : label(service, "port name", service.portName),
+  ].join("/");
+}
+
+/**
+ * The name of one per-service-port object.
  *
  * @example Usage
  * ```ts ignore
- * serviceObjectName("svc", plan) // "svc-ULMVA6XW-ns1/svc1/tcp/p80"
+ * serviceObjectName("svc", plan) // "svc-ns1/svc1/tcp/p80"
  * ```
  */
-export function serviceObjectName(
-  kind: ServiceObjectKind,
-  service: Pick<ServicePortPlan, "id" | "namespace" | "name" | "portName" | "protocol">,
-): string {
+export function serviceObjectName(kind: ServiceObjectKind, service: NamedServicePort): string {
   return objectName(kind, serviceNameSuffix(service));
 }
 
-/** Joins a kind and a {@linkcode serviceNameSuffix}, truncated to {@linkcode MAX_NAME_LENGTH}. */
+/** Joins a kind and a {@linkcode serviceNameSuffix}. */
 export function objectName(kind: ServiceObjectKind, suffix: string): string {
-  return `${kind}-${suffix}`.slice(0, MAX_NAME_LENGTH);
+  return `${kind}-${suffix}`;
 }

@@ -124,8 +124,8 @@ Deno.test({
       const listing = (await ns.nft(["list", "table", "ip", "kproxy"])).stdout;
       const expected = renderFull(previous).toString();
       for (const name of ["svc-", "ext-", "aff-"]) {
-        const inKernel = new Set(listing.match(new RegExp(`${name}[A-Z2-7]{8}-[^\\s,:]+`, "g")));
-        const inFull = new Set(expected.match(new RegExp(`${name}[A-Z2-7]{8}-[^\\s,:]+`, "g")));
+        const inKernel = new Set(listing.match(new RegExp(`\\b${name}[^\\s,:]+`, "g")));
+        const inFull = new Set(expected.match(new RegExp(`\\b${name}[^\\s,:]+`, "g")));
         assert.deepEqual([...inKernel].sort(), [...inFull].sort(), `${name} objects match a full render`);
       }
     });

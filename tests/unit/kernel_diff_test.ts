@@ -14,8 +14,8 @@ const NFT = `table ip kproxy {
 	map service-ips {
 		type ipv4_addr . inet_proto . inet_service : verdict
 		comment "ClusterIP traffic"
-		elements = { 10.96.0.53 . udp . 53 : goto svc-P44OVYNE-kube-system/kube-dns/udp/dns,
-			     10.96.0.10 . tcp . 80 : goto svc-FX4C5CAQ-default/web/tcp/http }
+		elements = { 10.96.0.53 . udp . 53 : goto svc-kube-system/kube-dns/udp/dns,
+			     10.96.0.10 . tcp . 80 : goto svc-default/web/tcp/http }
 	}
 
 	set canary {
@@ -23,7 +23,7 @@ const NFT = `table ip kproxy {
 		elements = { 0x00000007 }
 	}
 
-	map aff-GWZ5VCEG-default/sticky/tcp/http {
+	map aff-default/sticky/tcp/http {
 		type ipv4_addr : ipv4_addr
 		size 65535
 		flags dynamic,timeout
@@ -31,7 +31,7 @@ const NFT = `table ip kproxy {
 		elements = { 10.201.0.2 timeout 3h expires 2h59m : 10.244.1.10 }
 	}
 
-	chain svc-FX4C5CAQ-default/web/tcp/http {
+	chain svc-default/web/tcp/http {
 		numgen random mod 2 0 counter packets 3 bytes 180 dnat to 10.244.1.10:8080 # handle 12
 		dnat to 10.244.2.10:8080 # handle 13
 	}
@@ -40,15 +40,15 @@ const NFT = `table ip kproxy {
 
 Deno.test("parseNftListing() keeps rules and elements, drops handles, counters and dynamic state", () => {
   const listing = parseNftListing(NFT);
-  assert.deepEqual([...listing.get("ip chain svc-FX4C5CAQ-default/web/tcp/http")!], [
+  assert.deepEqual([...listing.get("ip chain svc-default/web/tcp/http")!], [
     "numgen random mod 2 0 dnat to 10.244.1.10:8080",
     "dnat to 10.244.2.10:8080",
   ]);
   const ips = listing.get("ip map service-ips")!;
-  assert.ok(ips.has("10.96.0.10 . tcp . 80 : goto svc-FX4C5CAQ-default/web/tcp/http"));
+  assert.ok(ips.has("10.96.0.10 . tcp . 80 : goto svc-default/web/tcp/http"));
   assert.equal([...ips].filter((line) => line.includes(" : goto ")).length, 2);
   assert.ok(![...listing.get("ip set canary")!].some((line) => line.includes("0x")));
-  const affinity = [...listing.get("ip map aff-GWZ5VCEG-default/sticky/tcp/http")!];
+  const affinity = [...listing.get("ip map aff-default/sticky/tcp/http")!];
   assert.ok(!affinity.some((line) => line.includes("10.244.1.10")), "learned elements ignored");
 });
 
@@ -63,7 +63,7 @@ Deno.test("diffListings() of a listing with itself is empty", () => {
 Deno.test("groupByService() attributes changed rules and elements to their service", () => {
   const kernel = parseNftListing(
     NFT.replace("dnat to 10.244.2.10:8080 # handle 13", "dnat to 10.244.2.99:8080 # handle 14")
-      .replace(/\s+10\.96\.0\.10 \. tcp \. 80 : goto svc-FX4C5CAQ-default\/web\/tcp\/http/, "")
+      .replace(/\s+10\.96\.0\.10 \. tcp \. 80 : goto svc-default\/web\/tcp\/http/, "")
       .replace("dns,", "dns"),
   );
   const groups = groupByService(diffListings(parseNftListing(NFT), kernel));
@@ -72,7 +72,7 @@ Deno.test("groupByService() attributes changed rules and elements to their servi
   assert.match(text, /service default\/web:/);
   assert.match(text, /- dnat to 10\.244\.2\.99:8080/);
   assert.match(text, /\+ dnat to 10\.244\.2\.10:8080/);
-  assert.match(text, /\+ 10\.96\.0\.10 \. tcp \. 80 : goto svc-FX4C5CAQ-default\/web/);
+  assert.match(text, /\+ 10\.96\.0\.10 \. tcp \. 80 : goto svc-default\/web/);
 });
 
 Deno.test("groupByService() attributes slot-map and dispatch elements by their key", () => {
@@ -94,16 +94,16 @@ Deno.test("groupByService() attributes slot-map and dispatch elements by their k
 Deno.test("diffListings() reports stale and missing blocks", () => {
   const desired = parseNftListing(NFT);
   const kernel = parseNftListing(NFT);
-  kernel.delete("ip chain svc-FX4C5CAQ-default/web/tcp/http");
-  kernel.set("ip chain svc-OLD00000-default/gone/tcp/http", new Set(["dnat to 10.244.9.9:80"]));
+  kernel.delete("ip chain svc-default/web/tcp/http");
+  kernel.set("ip chain svc-default/gone/tcp/http", new Set(["dnat to 10.244.9.9:80"]));
   const text = formatServiceDiffs(groupByService(diffListings(desired, kernel)));
   assert.match(
     text,
-    /service default\/gone:\n {2}ip chain svc-OLD00000-default\/gone\/tcp\/http\n {4}- \(stale/,
+    /service default\/gone:\n {2}ip chain svc-default\/gone\/tcp\/http\n {4}- \(stale/,
   );
   assert.match(
     text,
-    /service default\/web:\n {2}ip chain svc-FX4C5CAQ-default\/web\/tcp\/http\n {4}\+ \(new/,
+    /service default\/web:\n {2}ip chain svc-default\/web\/tcp\/http\n {4}\+ \(new/,
   );
 });
 
