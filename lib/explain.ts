@@ -609,15 +609,20 @@ function masqueradeOf(
         reason: "externalTrafficPolicy Local, but the packet comes from the node itself",
       };
     }
-    if (traffic === "external") {
-      return source === "pod-or-remote"
-        ? {
-          answer: "depends",
-          reason: `no when it comes from outside (externalTrafficPolicy Local keeps the source); ` +
-            `a local pod's packet (${detectorText(plan)}) follows the cluster-IP rule`,
-        }
-        : { answer: "no", reason: "externalTrafficPolicy Local: the client's source is preserved" };
+    // Cluster-IP masquerading (--masquerade-all or non-local) applies only to packets
+    // addressed to the cluster IP, in every mode: a short-circuited pod packet is not one.
+    const podKeeps = `a local pod's packet (${
+      detectorText(plan)
+    }) short-circuits to the cluster-IP endpoints and keeps its source`;
+    if (traffic === "internal") {
+      return { answer: "no", reason: `externalTrafficPolicy Local: ${podKeeps}` };
     }
+    return source === "pod-or-remote"
+      ? {
+        answer: "no",
+        reason: `externalTrafficPolicy Local: a client's source is preserved, and ${podKeeps}`,
+      }
+      : { answer: "no", reason: "externalTrafficPolicy Local: the client's source is preserved" };
   }
   switch (sp.clusterIPMasquerade) {
     case "all":

@@ -36,7 +36,9 @@ export interface TrafficPlan {
 }
 
 /**
- * Masquerade decision for traffic to the cluster IP.
+ * Masquerade decision for packets addressed to the cluster IP, and only those
+ * (upstream's `daddr <cluster IP> … mark-for-masquerade`): a local pod's packet
+ * that `externalLocal` short-circuits to the internal endpoints keeps its source.
  * - "all": masquerade every packet (`--masquerade-all`);
  * - "non-local": masquerade packets whose source is not local per `Plan.localTraffic`;
  * - "none": never (no local-traffic detector configured).
@@ -83,7 +85,8 @@ export interface ServicePortPlan {
   /** Traffic to node ports, external IPs and load-balancer IPs (externalTrafficPolicy applied). */
   external: TrafficPlan;
   /** externalTrafficPolicy Local: external traffic keeps its source and goes to local
-   * endpoints only; traffic from local pods short-circuits to `internal`, and traffic
+   * endpoints only; traffic from local pods short-circuits to `internal` and keeps its
+   * source too (`clusterIPMasquerade` is for cluster IP destinations only), and traffic
    * originated on the node itself is masqueraded and also goes to `internal`.
    * False: all external traffic is masqueraded. */
   externalLocal: boolean;

@@ -557,7 +557,13 @@ function chainRoutes(ctx: Context, service: ServicePortPlan, hasExternal: boolea
 
   const svcRules: string[] = [];
   const masquerade = clusterMasquerade(ctx, service);
-  if (masquerade === "all") svcRules.push(ctx.markSet);
+  // The plan's masquerade is for traffic to the cluster IP: a local pod's packet
+  // short-circuited here from an external address keeps its source, as upstream's.
+  if (masquerade === "all") {
+    for (const ip of service.clusterIPs) {
+      svcRules.push(`${ctx.ipx} daddr ${address(ctx, ip)} ${ctx.markSet}`);
+    }
+  }
   if (masquerade === "non-local") svcRules.push(`${ctx.nonLocalMatch} ${ctx.markSet}`);
   svcRules.push(...endpointRules(ctx, service, internal.endpoints, affinityMap("aff", internal)));
   const chains = [{ chain: new Chain({ name: svcChain }), rules: svcRules }];

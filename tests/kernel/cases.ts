@@ -9,7 +9,13 @@
 import assert from "node:assert/strict";
 import type { Backend } from "../../backends/backend.ts";
 import type { IpFamily, Protocol } from "../../lib/model.ts";
-import type { NoEndpointsVerdict, Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type {
+  ClusterIPMasquerade,
+  NoEndpointsVerdict,
+  Plan,
+  PlanEndpoint,
+  ServicePortPlan,
+} from "../../lib/plan.ts";
 import { servicePortId } from "../../lib/plan.ts";
 import { ADDRESSES, type Pod, type Reply, type RequestSpec, type Topology } from "./netns.ts";
 
@@ -110,6 +116,8 @@ export interface ServicePortOptions {
   sourceRanges?: string[];
   affinityTimeoutSeconds?: number;
   externalLocal?: boolean;
+  /** @default {"non-local"} */
+  clusterIPMasquerade?: ClusterIPMasquerade;
 }
 
 /** Builds one ServicePortPlan in namespace "kernel" with port name "". */
@@ -134,7 +142,7 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     sourceRanges: options.sourceRanges ?? [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
-    clusterIPMasquerade: "non-local",
+    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     internal: {
       endpoints: sorted(internal),
       whenEmpty: options.internalWhenEmpty ?? "reject",
@@ -492,6 +500,39 @@ export const KERNEL_CASES: readonly KernelCase[] = [
         await t.requests(t.client, repeat(5, tcp("10.96.1.10"))),
         names([remote(t, 0)]),
       );
+    },
+  },
+  {
+    name:
+      "--masquerade-all: a pod's packet to an externalTrafficPolicy Local node port or LB IP keeps its source",
+    plans: (t) =>
+      plans([servicePort({
+        name: "etp-local-masq-all",
+        clusterIP: "10.96.1.22",
+        nodePort: 30085,
+        loadBalancerIPs: ["10.204.0.12"],
+        internalEndpoints: [local(t, 0), remote(t, 0)].map((p) => endpointOf(p)),
+        externalEndpoints: [endpointOf(local(t, 0))],
+        externalLocal: true,
+        clusterIPMasquerade: "all",
+      })]),
+    async expect({ topology: t }) {
+      const pod = local(t, 2);
+      const allowed = names([local(t, 0), remote(t, 0)]);
+      // Short-circuited to the cluster-IP endpoints, as upstream: only traffic
+      // addressed to the cluster IP is marked for masquerade.
+      const external = await t.requests(pod.ns, [
+        ...repeat(5, tcp(A.nodeV4, 30085)),
+        ...repeat(5, tcp("10.204.0.12")),
+      ]);
+      assertAnsweredBy(external, allowed);
+      assertPeers(external, [pod.ipv4], "pod traffic to a Local node port or LB IP");
+      const cluster = await t.requests(pod.ns, repeat(5, tcp("10.96.1.22")));
+      assertAnsweredBy(cluster, allowed);
+      assertPeers(cluster, NODE_ADDRESSES_V4, "pod traffic to the cluster IP masqueraded");
+      const client = await t.requests(t.client, repeat(5, tcp(A.nodeV4, 30085)));
+      assertAnsweredBy(client, names([local(t, 0)]));
+      assertPeers(client, [A.clientV4], "client traffic keeps its source");
     },
   },
   {

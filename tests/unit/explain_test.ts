@@ -515,13 +515,34 @@ Deno.test("explain() decides masquerading from the policy and the source", async
       answer: "yes",
       reason: /comes from the node itself/,
     },
+    // A local pod's packet to an externalTrafficPolicy Local address short-circuits to
+    // the cluster-IP endpoints with its own source: --masquerade-all is for cluster IPs.
+    ...["10.200.0.2:30081", "198.51.100.10:80"].flatMap((destination) =>
+      [false, true].map((masqueradeAll) => ({
+        destination,
+        from: "10.244.1.5",
+        options: { masqueradeAll },
+        answer: "no",
+        reason: /a local pod's packet .* keeps its source/,
+      }))
+    ),
+    {
+      destination: "10.200.0.2:30081",
+      from: "10.244.1.5",
+      options: { detectLocalMode: "InterfaceNamePrefix", interfaceNamePrefix: "veth" },
+      answer: "no",
+      reason: /keeps its source/,
+    },
   ];
   for (const row of table) {
-    await t.step(`${row.destination} from ${row.from ?? "?"}`, () => {
-      const masquerade = run(row).match?.masquerade;
-      assert.equal(masquerade?.answer, row.answer);
-      assert.match(masquerade!.reason, row.reason);
-    });
+    await t.step(
+      `${row.destination} from ${row.from ?? "?"} ${JSON.stringify(row.options ?? {})}`,
+      () => {
+        const masquerade = run(row).match?.masquerade;
+        assert.equal(masquerade?.answer, row.answer);
+        assert.match(masquerade!.reason, row.reason);
+      },
+    );
   }
   await t.step("ETP Local from the node uses the cluster-wide endpoints", () => {
     const e = run({ destination: "10.200.0.2:30081", from: "10.200.0.2" });

@@ -288,6 +288,23 @@ Deno.test("serviceObjects() sends Local external traffic to local endpoints and 
   ]);
 });
 
+Deno.test("serviceObjects() with --masquerade-all marks only traffic to the cluster IP, not a pod short-circuited from a Local address", () => {
+  const etpLocal = GOLDEN_PLANS["etp-local"]!;
+  const service = { ...etpLocal.services[0]!, clusterIPMasquerade: "all" as const };
+  const objects = serviceObjects(etpLocal, service);
+  const svc = objects.chains.find((c) => c.chain.name === serviceObjectName("svc", service))!;
+  const marking = svc.rules.filter((rule) => rule.includes("meta mark set"));
+  assert.deepEqual(marking, [
+    `ip daddr ${service.clusterIPs[0]} meta mark set meta mark | 0x4000`,
+  ]);
+  const ext = objects.chains.find((c) => c.chain.name === serviceObjectName("ext", service))!;
+  assert.equal(
+    ext.rules[0],
+    `ip saddr 10.0.0.0/8 goto ${svc.chain.name}`,
+    "pods keep their source",
+  );
+});
+
 Deno.test("serviceObjects() drops or rejects per whenEmpty", () => {
   const reject = GOLDEN_PLANS["no-endpoints-reject"]!;
   const values = serviceObjects(reject, reject.services[0]!).elements.map((e) =>
