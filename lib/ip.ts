@@ -227,10 +227,67 @@ export function cidrContains(cidr: string | ParsedCIDR, ip: string | ParsedIP): 
 
 /** Tells whether `ip` is a loopback address (127.0.0.0/8 or ::1). */
 export function isLoopback(ip: string): boolean {
-  const parsed = parseIP(ip);
-  if (!parsed) return false;
-  if (parsed.family === "IPv4") return parsed.bytes[0] === 127;
-  return parsed.address === "::1";
+  return specialAddress(ip) === "loopback";
+}
+
+/**
+ * Kinds of address that are never a Service's: the categories of the
+ * apiserver's `ValidateNonSpecialIP` (unspecified, loopback, link-local
+ * unicast, link-local multicast), widened to every multicast group, plus the
+ * limited broadcast address.
+ */
+export type SpecialAddress = "unspecified" | "loopback" | "link-local" | "multicast" | "broadcast";
+
+/** The ranges of each {@linkcode SpecialAddress} kind, for messages. */
+export const SPECIAL_ADDRESS_RANGES: Readonly<Record<SpecialAddress, string>> = Object.freeze({
+  unspecified: "0.0.0.0, ::",
+  loopback: "127.0.0.0/8, ::1",
+  "link-local": "169.254.0.0/16, fe80::/10",
+  multicast: "224.0.0.0/4, ff00::/8",
+  broadcast: "255.255.255.255",
+});
+
+/**
+ * Tells which kind of special address `ip` is.
+ *
+ * @example Usage
+ * ```ts
+ * import { specialAddress } from "./ip.ts";
+ * specialAddress("169.254.169.254"); // "link-local"
+ * specialAddress("10.0.0.1"); // undefined
+ * ```
+ *
+ * @returns The kind, or undefined for an ordinary unicast address or text that
+ * is no address.
+ */
+export function specialAddress(ip: string): SpecialAddress | undefined {
+  if (!ip.includes(":")) {
+    // Most addresses are ordinary: decide those from the first octet alone.
+    let first = 0;
+    for (let i = 0; i < ip.length && ip.charCodeAt(i) !== 46 && first < 256; i++) {
+      first = first * 10 + ip.charCodeAt(i) - 48;
+    }
+    const maybe = first === 0 || first === 127 || first === 169 || first >= 224;
+    if (!maybe) return undefined;
+    const octets = [0, 0, 0, 0];
+    if (!scanIPv4(ip, (i, value) => octets[i] = value)) return undefined;
+    const [a, b, c, d] = octets as [number, number, number, number];
+    if (a === 0 && b === 0 && c === 0 && d === 0) return "unspecified";
+    if (a === 127) return "loopback";
+    if (a === 169 && b === 254) return "link-local";
+    if (a >= 224 && a <= 239) return "multicast";
+    if (a === 255 && b === 255 && c === 255 && d === 255) return "broadcast";
+    return undefined;
+  }
+  const bytes = parseIP(ip)?.bytes;
+  if (bytes === undefined) return undefined;
+  if (bytes[0] === 0xff) return "multicast";
+  if (bytes[0] === 0xfe && (bytes[1]! & 0xc0) === 0x80) return "link-local";
+  if (bytes.subarray(0, 15).every((byte) => byte === 0)) {
+    if (bytes[15] === 0) return "unspecified";
+    if (bytes[15] === 1) return "loopback";
+  }
+  return undefined;
 }
 
 /**

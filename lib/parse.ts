@@ -9,6 +9,12 @@
  * deliberately ignores (ExternalName and headless services, FQDN slices)
  * parse to `null` with the reason in `ignored`.
  *
+ * Special addresses (unspecified, loopback, link-local, multicast, broadcast:
+ * {@linkcode specialAddress}) are refused where the apiserver refuses them and
+ * also in load-balancer ingress IPs: an externalIP, ingress IP or endpoint at
+ * one is dropped alone, with a `warnings` entry naming the field, and the rest
+ * of the object is used; a cluster IP at one rejects the Service whole.
+ *
  * @module
  */
 
@@ -27,11 +33,14 @@ import type {
   SlicePort,
   TrafficPolicy,
 } from "./model.ts";
-import { normalizeIP, parseCIDR } from "./ip.ts";
+import { normalizeIP, parseCIDR, SPECIAL_ADDRESS_RANGES, specialAddress } from "./ip.ts";
 
-/** The outcome of parsing one object. `ignored` says why a null value was dropped. */
+/**
+ * The outcome of parsing one object. `ignored` says why a null value was
+ * dropped; `warnings` name the values left out of a parsed object.
+ */
 export type ParseResult<T> =
-  | { ok: true; value: T; ignored?: string }
+  | { ok: true; value: T; ignored?: string; warnings?: string[] }
   | { ok: false; error: string };
 
 /** The label naming the Service an EndpointSlice belongs to. */
@@ -195,6 +204,26 @@ function checkIP(value: unknown, field: string): { address: string; family: IpFa
   return ip;
 }
 
+/** Why a valid address cannot be a service or endpoint address, or undefined when it can. */
+function specialProblem(address: string): string | undefined {
+  const kind = specialAddress(address);
+  if (kind === undefined) return undefined;
+  return `is ${kind === "unspecified" ? "an" : "a"} ${kind} address (${
+    SPECIAL_ADDRESS_RANGES[kind]
+  })`;
+}
+
+/** Whether `address` is an ordinary one; otherwise records why `field` is left out. */
+function keepOrdinary(address: string, field: string, warnings: string[]): boolean {
+  const problem = specialProblem(address);
+  if (problem !== undefined) warnings.push(`${field}: ${quote(address)} ${problem}`);
+  return problem === undefined;
+}
+
+function withWarnings<T>(result: ParseResult<T>, warnings: string[]): ParseResult<T> {
+  return result.ok && warnings.length > 0 ? { ...result, warnings } : result;
+}
+
 function checkCIDR(value: unknown, field: string): { cidr: string; family: IpFamily } {
   if (typeof value !== "string") fail(field, value, "is not a string");
   const cidr = parseCIDR(value.trim());
@@ -242,9 +271,11 @@ const SERVICE_TYPES: readonly string[] = ["ClusterIP", "NodePort", "LoadBalancer
  * @returns The validated Service; null (with `ignored`) for ExternalName and
  * headless services and those labelled for another proxy
  * (`service.kubernetes.io/service-proxy-name`); or the first invalid field.
+ * Special externalIPs and ingress IPs are left out, each with a `warnings` entry.
  */
 export function parseService(raw: unknown): ParseResult<Service | null> {
   let ignored: string | undefined;
+  const warnings: string[] = [];
   const result = wrap(() => {
     const { metadata, namespace, name } = namespacedName(raw, checkDNSLabel);
     const root = raw as Json;
@@ -273,11 +304,12 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
     }
 
     const ports = parseServicePorts(spec);
-    const externalIPs = uniqueIPs(
+    const externalIPs = ordinaryIPs(
       arrayField(spec, "externalIPs", "spec.externalIPs"),
       "spec.externalIPs",
+      warnings,
     );
-    const loadBalancerIngress = parseIngress(status);
+    const loadBalancerIngress = parseIngress(status, warnings);
     const loadBalancerSourceRanges = uniqueStrings(
       arrayField(spec, "loadBalancerSourceRanges", "spec.loadBalancerSourceRanges").map((
         range,
@@ -337,7 +369,7 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
     return service;
   });
   if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
-  return result;
+  return withWarnings(result, warnings);
 }
 
 /** Cluster IPs from spec.clusterIPs, else spec.clusterIP; null when headless. */
@@ -351,9 +383,13 @@ function parseClusterIPs(spec: Json): string[] | null {
   }
   if (raw.length === 0 || raw[0] === "None" || raw[0] === "") return null;
   if (raw.length > 2) fail(field, raw, "lists more than 2 addresses");
-  const ips = raw.map((ip, i) =>
-    checkIP(ip, field === "spec.clusterIP" ? field : `${field}[${i}]`)
-  );
+  const ips = raw.map((ip, i) => {
+    const ipField = field === "spec.clusterIP" ? field : `${field}[${i}]`;
+    const checked = checkIP(ip, ipField);
+    const problem = specialProblem(checked.address);
+    if (problem !== undefined) fail(ipField, ip, problem);
+    return checked;
+  });
   if (ips.length === 2 && ips[0]!.family === ips[1]!.family) {
     fail(field, raw, "lists two addresses of the same family");
   }
@@ -414,7 +450,7 @@ function parseAffinityTimeout(spec: Json): number {
   return value;
 }
 
-function parseIngress(status: Json): LoadBalancerIngress[] {
+function parseIngress(status: Json, warnings: string[]): LoadBalancerIngress[] {
   const loadBalancer = objectField(status, "loadBalancer", "status.loadBalancer");
   const result: LoadBalancerIngress[] = [];
   const seen = new Set<string>();
@@ -430,6 +466,7 @@ function parseIngress(status: Json): LoadBalancerIngress[] {
     }
     if (rawIP === "") continue;
     const ip = checkIP(rawIP, `${field}.ip`).address;
+    if (!keepOrdinary(ip, `${field}.ip`, warnings)) continue;
     if (seen.has(ip)) continue;
     seen.add(ip);
     result.push({ ip, ipMode: rawMode });
@@ -461,8 +498,12 @@ function uniqueStrings(values: string[]): string[] {
   return [...new Set(values)];
 }
 
-function uniqueIPs(values: unknown[], field: string): string[] {
-  return uniqueStrings(values.map((value, i) => checkIP(value, `${field}[${i}]`).address));
+/** The distinct valid addresses of a list, without special ones (recorded in `warnings`). */
+function ordinaryIPs(values: unknown[], field: string, warnings: string[]): string[] {
+  const addresses = values.map((value, i) => checkIP(value, `${field}[${i}]`).address);
+  return uniqueStrings(
+    addresses.filter((address, i) => keepOrdinary(address, `${field}[${i}]`, warnings)),
+  );
 }
 
 /**
@@ -471,10 +512,12 @@ function uniqueIPs(values: unknown[], field: string): string[] {
  * @param raw The EndpointSlice as API JSON.
  * @returns The validated slice; null (with `ignored`) for FQDN slices; or
  * the first invalid field. Ports without a port number are skipped; of
- * endpoints sharing an address only the first is kept.
+ * endpoints sharing an address only the first is kept; endpoints at a special
+ * address are left out, each with a `warnings` entry.
  */
 export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice | null> {
   let ignored: string | undefined;
+  const warnings: string[] = [];
   const result = wrap(() => {
     const { metadata, namespace, name } = namespacedName(raw, checkDNSSubdomain);
     const root = raw as Json;
@@ -498,12 +541,12 @@ export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice | nu
       serviceName,
       family: addressType,
       ports: parseSlicePorts(root),
-      endpoints: parseEndpoints(root, addressType),
+      endpoints: parseEndpoints(root, addressType, warnings),
     };
     return slice;
   });
   if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
-  return result;
+  return withWarnings(result, warnings);
 }
 
 function parseSlicePorts(root: Json): SlicePort[] {
@@ -525,7 +568,7 @@ function parseSlicePorts(root: Json): SlicePort[] {
   return ports;
 }
 
-function parseEndpoints(root: Json, family: IpFamily): SliceEndpoint[] {
+function parseEndpoints(root: Json, family: IpFamily, warnings: string[]): SliceEndpoint[] {
   const endpoints: SliceEndpoint[] = [];
   const seen = new Set<string>();
   for (const [i, item] of arrayField(root, "endpoints", "endpoints").entries()) {
@@ -546,6 +589,7 @@ function parseEndpoints(root: Json, family: IpFamily): SliceEndpoint[] {
     if (nodeName !== "") checkDNSSubdomain(nodeName, `${field}.nodeName`);
     const zone = checkLabelValue(stringField(item, "zone", `${field}.zone`), `${field}.zone`);
     const hints = parseHints(item, field);
+    if (!keepOrdinary(ip.address, `${field}.addresses[0]`, warnings)) continue;
     if (seen.has(ip.address)) continue;
     seen.add(ip.address);
     const endpoint: SliceEndpoint = { ip: ip.address, ready, serving, terminating, nodeName, zone };

@@ -81,6 +81,10 @@ interface FamilyContext {
   nodeLabels: Readonly<Record<string, string>>;
   clusterIPMasquerade: ClusterIPMasquerade;
   externalIPAllowed: ParsedCIDR[];
+  /** The family's service CIDRs (`Plan.serviceCIDRs`). */
+  serviceCIDRs: string[];
+  /** The previous plan of the family, to log a cluster IP outside them once per change. */
+  previous?: Plan;
 }
 
 /**
@@ -103,6 +107,11 @@ export function planNode(input: PlanInput): NodePlans {
   const replan = incremental ? replanSet(state, changedServices, options) : undefined;
   const plans = FAMILIES.map((family): Plan => {
     const localTraffic = localTrafficDetector(family, options, node);
+    const previousPlan = previous === undefined
+      ? undefined
+      : family === "IPv4"
+      ? previous.ipv4
+      : previous.ipv6;
     const ctx: FamilyContext = {
       family,
       state,
@@ -114,12 +123,9 @@ export function planNode(input: PlanInput): NodePlans {
         ? "none"
         : "non-local",
       externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
+      serviceCIDRs: serviceCIDRs(family, state, options),
+      previous: previousPlan,
     };
-    const previousPlan = previous === undefined
-      ? undefined
-      : family === "IPv4"
-      ? previous.ipv4
-      : previous.ipv6;
     const services = previousPlan !== undefined && replan !== undefined
       ? replanServices(ctx, previousPlan.services, replan)
       : planAllServices(ctx);
@@ -127,7 +133,7 @@ export function planNode(input: PlanInput): NodePlans {
       family,
       nodeName: options.nodeName,
       nodePortAddresses: nodePortAddresses(family, options, node),
-      serviceCIDRs: serviceCIDRs(family, state, options),
+      serviceCIDRs: ctx.serviceCIDRs,
       localTraffic,
       services,
     };
@@ -247,6 +253,7 @@ function planService(
   const clusterIP = service.clusterIPs.find((ip) => familyOf(ip) === family);
   if (clusterIP === undefined) return [];
   const key = serviceKey(service.namespace, service.name);
+  warnIfOutsideServiceCIDRs(ctx, key, clusterIP);
   const topologyKeys = usesTopologyKeys(service, options.featureGates);
   if (topologyKeys && service.externalTrafficPolicy === "Local") {
     logger.warn(
@@ -314,6 +321,26 @@ function planService(
     });
   }
   return plans;
+}
+
+/**
+ * Logs a cluster IP outside every service CIDR of its family (when any is
+ * known), unless the previous plan held the service with the same cluster IP
+ * and the same CIDRs: once per change, not once per sync.
+ */
+function warnIfOutsideServiceCIDRs(ctx: FamilyContext, key: ServiceKey, clusterIP: string): void {
+  const cidrs = ctx.serviceCIDRs;
+  if (cidrs.length === 0 || cidrs.some((cidr) => cidrContains(cidr, clusterIP))) return;
+  const previous = ctx.previous;
+  if (previous !== undefined && cidrs.join() === previous.serviceCIDRs.join()) {
+    const before = previous.services[lowerBound(previous.services, `${key}:`)];
+    if (before?.id.startsWith(`${key}:`) && before.clusterIPs[0] === clusterIP) return;
+  }
+  logger.warn("Cluster IP {ip} of service {key} is outside every service CIDR {cidrs}", {
+    ip: clusterIP,
+    key,
+    cidrs,
+  });
 }
 
 /** Declared externalIPs of the family, without those outside the allow-list. */

@@ -101,6 +101,15 @@ class CowMap<K, V> {
   }
 }
 
+/** Parser warnings shown in one log line: the first few, then how many more. */
+const SHOWN_WARNINGS = 3;
+
+function summarize(warnings: readonly string[]): string {
+  const shown = warnings.slice(0, SHOWN_WARNINGS);
+  if (warnings.length > SHOWN_WARNINGS) shown.push(`and ${warnings.length - SHOWN_WARNINGS} more`);
+  return shown.join("; ");
+}
+
 const EMPTY_STATE: ClusterState = {
   services: new Map(),
   slicesByService: new Map(),
@@ -142,8 +151,8 @@ export class Tracker {
   /** Services whose endpoints' node labels changed since the last drain. */
   readonly #nodeTouched = new Map<ServiceKey, number>();
   #globalSince: number | undefined;
-  /** Last error logged per object, so a resync of the same bad object logs once. */
-  readonly #loggedErrors = new Map<string, string>();
+  /** Last warning (error or refusals) logged per object, so a resync of the same object logs once. */
+  readonly #loggedWarnings = new Map<string, string>();
 
   /** Creates a tracker for the node named in `options`. */
   constructor(options: TrackerOptions) {
@@ -257,7 +266,11 @@ export class Tracker {
     if (!this.#globalDiffersFrom(this.#drained)) this.#globalSince = undefined;
   }
 
-  /** Parses an upsert; on failure logs once and returns undefined (keep the previous version). */
+  /**
+   * Parses an upsert; on failure logs once and returns undefined (keep the
+   * previous version). Values the parser left out (special addresses) are
+   * logged once per change too, in one bounded line.
+   */
   #parse<T>(
     kind: ObjectKind,
     object: Record<string, unknown>,
@@ -265,17 +278,19 @@ export class Tracker {
   ): { value: T } | undefined {
     const { namespace, name } = objectKeyOf(object);
     const logKey = `${kind}/${namespace}/${name}`;
+    const key = namespace === "" ? name : `${namespace}/${name}`;
     const result = parse(object);
-    if (result.ok) {
-      this.#loggedErrors.delete(logKey);
-      return { value: result.value };
+    const reason = result.ok ? summarize(result.warnings ?? []) : result.error;
+    if (reason === "") {
+      this.#loggedWarnings.delete(logKey);
+    } else if (this.#loggedWarnings.get(logKey) !== reason) {
+      this.#loggedWarnings.set(logKey, reason);
+      const message = result.ok
+        ? "Refusing values of {kind} {key}: {reason}"
+        : "Skipping invalid {kind} {key}: {reason}";
+      logger.warn(message, { kind, key, reason });
     }
-    if (this.#loggedErrors.get(logKey) !== result.error) {
-      this.#loggedErrors.set(logKey, result.error);
-      const key = namespace === "" ? name : `${namespace}/${name}`;
-      logger.warn("Skipping invalid {kind} {key}: {reason}", { kind, key, reason: result.error });
-    }
-    return undefined;
+    return result.ok ? { value: result.value } : undefined;
   }
 
   #touch(key: ServiceKey): void {
@@ -292,7 +307,7 @@ export class Tracker {
     const { namespace, name } = objectKeyOf(object);
     const key = serviceKey(namespace, name);
     if (remove) {
-      this.#loggedErrors.delete(`Service/${key}`);
+      this.#loggedWarnings.delete(`Service/${key}`);
       if (this.#services.delete(key)) {
         this.#topologyServices.delete(key);
         this.#touch(key);
@@ -319,7 +334,7 @@ export class Tracker {
     const { namespace, name } = objectKeyOf(object);
     const sliceKey = `${namespace}/${name}`;
     if (remove) {
-      this.#loggedErrors.delete(`EndpointSlice/${sliceKey}`);
+      this.#loggedWarnings.delete(`EndpointSlice/${sliceKey}`);
       this.#removeSlice(sliceKey);
       return;
     }
@@ -356,7 +371,7 @@ export class Tracker {
     const { name } = objectKeyOf(object);
     let node: Node | undefined;
     if (remove) {
-      this.#loggedErrors.delete(`Node//${name}`);
+      this.#loggedWarnings.delete(`Node//${name}`);
     } else {
       const parsed = this.#parse("Node", object, parseNode);
       if (!parsed) return;
@@ -387,7 +402,7 @@ export class Tracker {
     const { name } = objectKeyOf(object);
     let cidr: ServiceCIDR | undefined;
     if (remove) {
-      this.#loggedErrors.delete(`ServiceCIDR//${name}`);
+      this.#loggedWarnings.delete(`ServiceCIDR//${name}`);
     } else {
       const parsed = this.#parse("ServiceCIDR", object, parseServiceCIDR);
       if (!parsed) return;

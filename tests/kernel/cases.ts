@@ -17,6 +17,9 @@ import type {
   ServicePortPlan,
 } from "../../lib/plan.ts";
 import { servicePortId } from "../../lib/plan.ts";
+import { planNode } from "../../lib/planner.ts";
+import type { ObjectKind } from "../../lib/source/source.ts";
+import { Tracker } from "../../lib/tracker.ts";
 import { ADDRESSES, type Pod, type Reply, type RequestSpec, type Topology } from "./netns.ts";
 
 /** A proxy mode as the kernel tests run it. */
@@ -177,6 +180,36 @@ export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan 
 /** Plans for both families: the IPv4 services and (optionally) IPv6 ones. */
 export function plans(ipv4: ServicePortPlan[], ipv6: ServicePortPlan[] = []): Plan[] {
   return [familyPlan("IPv4", ipv4), familyPlan("IPv6", ipv6)];
+}
+
+/**
+ * Plans for both families made the way kproxy makes them, from API objects
+ * through the parsers, the tracker and the planner, with the topology's node,
+ * pod and service addresses: for cases about what the parsers refuse.
+ */
+export function plannedFromObjects(objects: Record<string, unknown>[]): Plan[] {
+  const tracker = new Tracker({ nodeName: "node-a" });
+  for (const object of objects) {
+    tracker.apply({ type: "upsert", kind: object.kind as ObjectKind, object });
+  }
+  tracker.apply({ type: "synced" });
+  const plans = planNode({
+    state: tracker.drain().state,
+    options: {
+      nodeName: "node-a",
+      nodePortAddresses: ["primary"],
+      localAddresses: [ADDRESSES.nodeV4, ADDRESSES.nodeV6],
+      clusterCIDRs: [ADDRESSES.clusterCIDRV4, ADDRESSES.clusterCIDRV6],
+      detectLocalMode: "ClusterCIDR",
+      bridgeInterface: "",
+      interfaceNamePrefix: "",
+      masqueradeAll: false,
+      serviceClusterIPRange: [ADDRESSES.serviceCIDRV4, ADDRESSES.serviceCIDRV6],
+      externalIPAllowedCIDRs: [],
+      featureGates: {},
+    },
+  });
+  return [plans.ipv4, plans.ipv6];
 }
 
 /** The pods that answered, in order; throws with the failures when any request failed. */
@@ -499,6 +532,53 @@ export const KERNEL_CASES: readonly KernelCase[] = [
       assertAnsweredBy(
         await t.requests(t.client, repeat(5, tcp("10.96.1.10"))),
         names([remote(t, 0)]),
+      );
+    },
+  },
+  {
+    name:
+      "special addresses from the API are not programmed: externalIP 127.0.0.1, endpoint 169.254.169.254",
+    plans: (t) =>
+      plannedFromObjects([
+        {
+          kind: "Service",
+          metadata: { namespace: "kernel", name: "special" },
+          spec: {
+            clusterIP: "10.96.1.23",
+            ports: [{ name: "http", port: 80, targetPort: TARGET_PORT }],
+            externalIPs: ["127.0.0.1", "10.203.0.13"],
+          },
+        },
+        {
+          kind: "EndpointSlice",
+          metadata: {
+            namespace: "kernel",
+            name: "special-1",
+            labels: { "kubernetes.io/service-name": "special" },
+          },
+          addressType: "IPv4",
+          ports: [{ name: "http", port: TARGET_PORT }],
+          endpoints: [
+            { addresses: ["169.254.169.254"], nodeName: "node-a" },
+            { addresses: [local(t, 0).ipv4], nodeName: "node-a" },
+          ],
+        },
+      ]),
+    async expect({ topology: t }) {
+      // The rest of the Service works, through its one ordinary endpoint only.
+      assertAnsweredBy(
+        await t.requests(t.client, [
+          ...repeat(10, tcp("10.203.0.13")),
+          ...repeat(10, tcp("10.96.1.23")),
+        ]),
+        names([local(t, 0)]),
+      );
+      // The node's own 127.0.0.1:80 is left alone: nothing listens, so it is
+      // refused at once; a DNAT to the pod would leave with source 127.0.0.1
+      // and time out.
+      assertFailed(
+        await t.requests(t.node, [tcp("127.0.0.1", 80, { timeoutMs: DROP_MS })]),
+        "refused",
       );
     },
   },

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { Tracker } from "../../lib/tracker.ts";
 import { type PlannerOptions, planNode } from "../../lib/planner.ts";
 import type { NodePlans } from "../../lib/plan.ts";
+import { specialAddress } from "../../lib/ip.ts";
 import type { SourceEvent } from "../../lib/source/source.ts";
 import {
   clusterArb,
@@ -53,6 +54,7 @@ function assertSafePlans(plans: NodePlans): void {
         const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]
       ) {
         assert.equal(ip.includes(":"), plan.family === "IPv6", `${ip} in the ${plan.family} plan`);
+        assert.equal(specialAddress(ip), undefined, `special address ${ip} in a plan`);
       }
       for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
         assert.equal(
@@ -61,6 +63,7 @@ function assertSafePlans(plans: NodePlans): void {
           `${endpoint.ip} in the ${plan.family} plan`,
         );
         assert.ok(endpoint.port >= 1 && endpoint.port <= 65535);
+        assert.equal(specialAddress(endpoint.ip), undefined, `special endpoint ${endpoint.ip}`);
       }
     }
   }

@@ -1,6 +1,13 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { cidrContains, collapseCIDRs, formatIP, parseCIDR, parseIP } from "../../lib/ip.ts";
+import {
+  cidrContains,
+  collapseCIDRs,
+  formatIP,
+  parseCIDR,
+  parseIP,
+  specialAddress,
+} from "../../lib/ip.ts";
 
 /** IPv6 addresses with many zero groups (compression cases), IPv4-mapped ones excluded. */
 const v6Bytes = fc.array(
@@ -70,5 +77,45 @@ Deno.test("collapseCIDRs() drops duplicates and ranges inside another", () => {
   ];
   for (const [input, expected] of cases) {
     assert.deepEqual(collapseCIDRs(input), expected, input.join(","));
+  }
+});
+
+Deno.test("specialAddress() names what the apiserver's ValidateNonSpecialIP refuses, plus all multicast and broadcast", async (t) => {
+  const cases: [string, ReturnType<typeof specialAddress>][] = [
+    // upstream's categories
+    ["0.0.0.0", "unspecified"],
+    ["::", "unspecified"],
+    ["127.0.0.1", "loopback"],
+    ["127.255.255.254", "loopback"],
+    ["::1", "loopback"],
+    ["169.254.169.254", "link-local"],
+    ["169.254.0.1", "link-local"],
+    ["fe80::1", "link-local"],
+    ["febf:ffff::1", "link-local"],
+    ["224.0.0.251", "multicast"],
+    ["ff02::1", "multicast"],
+    // stricter than upstream: every multicast group and the limited broadcast
+    ["239.255.255.250", "multicast"],
+    ["ff05::1:3", "multicast"],
+    ["255.255.255.255", "broadcast"],
+    // ordinary addresses
+    ["10.0.0.1", undefined],
+    ["0.0.0.1", undefined],
+    ["126.255.255.255", undefined],
+    ["128.0.0.1", undefined],
+    ["169.253.255.255", undefined],
+    ["169.255.0.1", undefined],
+    ["223.255.255.255", undefined],
+    ["240.0.0.1", undefined],
+    ["255.255.255.254", undefined],
+    ["::2", undefined],
+    ["fec0::1", undefined],
+    ["fe7f::1", undefined],
+    ["fd00::1", undefined],
+    ["2001:db8::1", undefined],
+    ["not an address", undefined],
+  ];
+  for (const [ip, expected] of cases) {
+    await t.step(ip, () => assert.equal(specialAddress(ip), expected));
   }
 });

@@ -470,6 +470,130 @@ Deno.test("parseService() rejects every invalid field naming it", async (t) => {
   }
 });
 
+Deno.test("parseService() refuses a special externalIP or load-balancer IP alone, keeping the Service", async (t) => {
+  const lb = (...ips: string[]) => ({
+    status: { loadBalancer: { ingress: ips.map((ip) => ({ ip })) } },
+  });
+  const cases: {
+    name: string;
+    raw: Json;
+    externalIPs?: string[];
+    lbIPs?: string[];
+    warnings: string[];
+  }[] = [
+    {
+      name: "externalIP 127.0.0.1 (the sshd case)",
+      raw: service({ externalIPs: ["127.0.0.1", "203.0.113.7"] }),
+      externalIPs: ["203.0.113.7"],
+      warnings: ['spec.externalIPs[0]: "127.0.0.1" is a loopback address (127.0.0.0/8, ::1)'],
+    },
+    {
+      name: "every kind in externalIPs",
+      raw: service({
+        externalIPs: [
+          "0.0.0.0",
+          "::",
+          "169.254.169.254",
+          "fe80::1",
+          "224.0.0.251",
+          "255.255.255.255",
+        ],
+      }),
+      externalIPs: [],
+      warnings: [
+        'spec.externalIPs[0]: "0.0.0.0" is an unspecified address (0.0.0.0, ::)',
+        'spec.externalIPs[1]: "::" is an unspecified address (0.0.0.0, ::)',
+        'spec.externalIPs[2]: "169.254.169.254" is a link-local address (169.254.0.0/16, fe80::/10)',
+        'spec.externalIPs[3]: "fe80::1" is a link-local address (169.254.0.0/16, fe80::/10)',
+        'spec.externalIPs[4]: "224.0.0.251" is a multicast address (224.0.0.0/4, ff00::/8)',
+        'spec.externalIPs[5]: "255.255.255.255" is a broadcast address (255.255.255.255)',
+      ],
+    },
+    {
+      name: "load-balancer ingress IPs",
+      raw: service({ type: "LoadBalancer" }, lb("::1", "198.51.100.9", "ff02::fb")),
+      lbIPs: ["198.51.100.9"],
+      warnings: [
+        'status.loadBalancer.ingress[0].ip: "::1" is a loopback address (127.0.0.0/8, ::1)',
+        'status.loadBalancer.ingress[2].ip: "ff02::fb" is a multicast address (224.0.0.0/4, ff00::/8)',
+      ],
+    },
+    {
+      name: "ordinary addresses draw no warning",
+      raw: service({ externalIPs: ["203.0.113.7"] }, lb("198.51.100.9")),
+      externalIPs: ["203.0.113.7"],
+      lbIPs: ["198.51.100.9"],
+      warnings: [],
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, () => {
+      const result = parseService(c.raw);
+      assert.ok(result.ok && result.value, JSON.stringify(result));
+      assert.deepEqual(result.value.externalIPs, c.externalIPs ?? []);
+      assert.deepEqual(result.value.loadBalancerIngress.map((i) => i.ip), c.lbIPs ?? []);
+      assert.deepEqual(result.warnings ?? [], c.warnings);
+    });
+  }
+});
+
+Deno.test("parseService() rejects a Service whose cluster IP is a special address", async (t) => {
+  const cases: [Json, string][] = [
+    [
+      { clusterIP: "127.0.0.1", clusterIPs: ["127.0.0.1"] },
+      'spec.clusterIPs[0]: "127.0.0.1" is a loopback address (127.0.0.0/8, ::1)',
+    ],
+    [
+      { clusterIP: "0.0.0.0", clusterIPs: undefined },
+      'spec.clusterIP: "0.0.0.0" is an unspecified address (0.0.0.0, ::)',
+    ],
+    [
+      { clusterIPs: ["10.96.0.10", "fe80::10"] },
+      'spec.clusterIPs[1]: "fe80::10" is a link-local address (169.254.0.0/16, fe80::/10)',
+    ],
+  ];
+  for (const [spec, expected] of cases) {
+    await t.step(expected, () => assert.equal(error(parseService(service(spec))), expected));
+  }
+});
+
+Deno.test("parseEndpointSlice() refuses an endpoint at a special address, keeping the others", async (t) => {
+  const cases: { name: string; raw: Json; ips: string[]; warnings: string[] }[] = [
+    {
+      name: "IPv4",
+      raw: slice({
+        endpoints: [
+          { addresses: ["169.254.169.254"] },
+          { addresses: ["10.244.1.5"] },
+          { addresses: ["127.0.0.1"] },
+        ],
+      }),
+      ips: ["10.244.1.5"],
+      warnings: [
+        'endpoints[0].addresses[0]: "169.254.169.254" is a link-local address (169.254.0.0/16, fe80::/10)',
+        'endpoints[2].addresses[0]: "127.0.0.1" is a loopback address (127.0.0.0/8, ::1)',
+      ],
+    },
+    {
+      name: "IPv6",
+      raw: slice({
+        addressType: "IPv6",
+        endpoints: [{ addresses: ["::"] }, { addresses: ["fd00:244::5"] }],
+      }),
+      ips: ["fd00:244::5"],
+      warnings: ['endpoints[0].addresses[0]: "::" is an unspecified address (0.0.0.0, ::)'],
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, () => {
+      const result = parseEndpointSlice(c.raw);
+      assert.ok(result.ok && result.value, JSON.stringify(result));
+      assert.deepEqual(result.value.endpoints.map((e) => e.ip), c.ips);
+      assert.deepEqual(result.warnings, c.warnings);
+    });
+  }
+});
+
 Deno.test("parseEndpointSlice() parses endpoints, conditions, hints and ports", () => {
   const parsed = value(parseEndpointSlice(slice({
     endpoints: [

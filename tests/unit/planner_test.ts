@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { modelService } from "../support/model_fixtures.ts";
+import { withLogRecords } from "../support/logs.ts";
 import type {
   EndpointSlice,
   IpFamily,
@@ -855,6 +856,95 @@ Deno.test("planNode() falls back to serviceClusterIPRange without ServiceCIDR ob
   const plans = plan({}, { serviceClusterIPRange: ["10.96.0.0/16", "fd00:96::/108"] });
   assert.deepEqual(plans.ipv4.serviceCIDRs, ["10.96.0.0/16"]);
   assert.deepEqual(plans.ipv6.serviceCIDRs, ["fd00:96::/108"]);
+});
+
+Deno.test("planNode() logs a cluster IP outside every service CIDR once per change", async (t) => {
+  const outside = (ip: string) =>
+    service({
+      name: "odd",
+      clusterIPs: [ip],
+      ports: [port({ name: "a" }), port({ name: "b", port: 81 })],
+    });
+  const withEndpoint = (ip: string) => [slice({ service: "odd", endpoints: [endpoint({ ip })] })];
+  const logged = async (
+    steps: {
+      spec: StateSpec;
+      opts?: Partial<PlannerOptions>;
+      changed?: string[];
+      global?: boolean;
+    }[],
+  ) => {
+    const lines: string[] = [];
+    await withLogRecords(["kproxy", "planner"], (records) => {
+      let previous: NodePlans | undefined;
+      for (const step of steps) {
+        previous = planNode({
+          state: state(step.spec),
+          options: options(step.opts),
+          previous,
+          changedServices: step.changed === undefined ? undefined : new Set(step.changed),
+          globalChange: step.global,
+        });
+        lines.push(records.splice(0).map((r) => JSON.stringify(r.properties)).join(" | "));
+      }
+    });
+    return lines;
+  };
+  await t.step(
+    "outside --service-cluster-ip-range: one line per service, not per port",
+    async () => {
+      assert.deepEqual(await logged([{ spec: { services: [outside("10.97.0.5")] } }]), [
+        '{"ip":"10.97.0.5","key":"default/odd","cidrs":["10.96.0.0/16"]}',
+      ]);
+    },
+  );
+  await t.step("not again when only its endpoints or other services change", async () => {
+    const lines = await logged([
+      { spec: { services: [outside("10.97.0.5")], slices: withEndpoint("10.244.1.5") } },
+      {
+        spec: { services: [outside("10.97.0.5")], slices: withEndpoint("10.244.1.6") },
+        changed: ["default/odd"],
+      },
+      {
+        spec: { services: [outside("10.97.0.5"), service({ name: "web" })] },
+        changed: ["default/web", "default/odd"],
+      },
+      { spec: { services: [outside("10.97.0.5")] }, opts: { masqueradeAll: true }, global: true },
+    ]);
+    assert.equal(lines[0]!.length > 0, true);
+    assert.deepEqual(lines.slice(1), ["", "", ""]);
+  });
+  await t.step("again when its cluster IP or the service CIDRs change", async () => {
+    const lines = await logged([
+      { spec: { services: [outside("10.97.0.5")] } },
+      { spec: { services: [outside("10.98.0.5")] }, changed: ["default/odd"] },
+      {
+        spec: {
+          services: [outside("10.98.0.5")],
+          serviceCIDRs: [{ name: "kubernetes", cidrs: ["10.99.0.0/16"] }],
+        },
+        global: true,
+      },
+    ]);
+    assert.deepEqual(lines, [
+      '{"ip":"10.97.0.5","key":"default/odd","cidrs":["10.96.0.0/16"]}',
+      '{"ip":"10.98.0.5","key":"default/odd","cidrs":["10.96.0.0/16"]}',
+      '{"ip":"10.98.0.5","key":"default/odd","cidrs":["10.99.0.0/16"]}',
+    ]);
+  });
+  await t.step("silent inside a ServiceCIDR, or when no CIDR is known", async () => {
+    const lines = await logged([
+      {
+        spec: {
+          services: [outside("10.97.0.5")],
+          serviceCIDRs: [{ name: "extra", cidrs: ["10.97.0.0/24"] }],
+        },
+      },
+      { spec: { services: [outside("10.97.0.5")] }, opts: { serviceClusterIPRange: [] } },
+      { spec: { services: [service({ name: "web" })] } },
+    ]);
+    assert.deepEqual(lines, ["", "", ""]);
+  });
 });
 
 // ---------------------------------------------------------------- topology in the planner

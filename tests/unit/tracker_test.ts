@@ -314,3 +314,54 @@ Deno.test("Tracker logs one warning per distinct error of an invalid object", as
     });
   });
 });
+
+Deno.test("Tracker logs refused special addresses once per change, naming the object and fields", async () => {
+  await withLogRecords(["kproxy", "tracker"], (records) => {
+    const tracker = newTracker();
+    const sshd = svc("web", { externalIPs: ["127.0.0.1", "203.0.113.7"] });
+    tracker.apply(upsert("Service", sshd));
+    tracker.apply(upsert("Service", sshd));
+    tracker.apply(
+      upsert("EndpointSlice", slice("web-1", "web", ["169.254.169.254", "10.244.1.5"])),
+    );
+    tracker.apply(
+      upsert("EndpointSlice", slice("web-1", "web", ["169.254.169.254", "10.244.1.6"])),
+    );
+    assert.deepEqual(records.map((r) => [r.level, r.properties]), [
+      ["warning", {
+        kind: "Service",
+        key: "default/web",
+        reason: 'spec.externalIPs[0]: "127.0.0.1" is a loopback address (127.0.0.0/8, ::1)',
+      }],
+      ["warning", {
+        kind: "EndpointSlice",
+        key: "default/web-1",
+        reason:
+          'endpoints[0].addresses[0]: "169.254.169.254" is a link-local address (169.254.0.0/16, fe80::/10)',
+      }],
+    ]);
+    tracker.apply({ type: "synced" });
+    const state = tracker.drain().state;
+    assert.deepEqual(state.services.get("default/web")?.externalIPs, ["203.0.113.7"]);
+    assert.deepEqual(
+      state.slicesByService.get("default/web")?.[0]?.endpoints.map((e) => e.ip),
+      ["10.244.1.6"],
+    );
+    // Fixed, then broken again: logged again.
+    tracker.apply(upsert("Service", svc("web", { externalIPs: ["203.0.113.7"] })));
+    tracker.apply(upsert("Service", sshd));
+    assert.equal(records.length, 3);
+  });
+});
+
+Deno.test("Tracker bounds the refusals of one object to one line", async () => {
+  await withLogRecords(["kproxy", "tracker"], (records) => {
+    const tracker = newTracker();
+    const ips = Array.from({ length: 1000 }, (_, i) => `127.0.${i >> 8}.${i & 0xff}`);
+    tracker.apply(upsert("EndpointSlice", slice("web-1", "web", ips)));
+    assert.equal(records.length, 1);
+    const reason = String(records[0]?.properties.reason);
+    assert.match(reason, /^endpoints\[0\]\.addresses\[0\]: "127\.0\.0\.0" is a loopback/);
+    assert.match(reason, /; and 997 more$/);
+  });
+});
