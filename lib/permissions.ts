@@ -50,7 +50,7 @@ export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
     "sysctl",
     "conntrack",
   ],
-  kernelspace: ["powershell.exe", "pwsh", "netsh"],
+  kernelspace: ["powershell.exe", "pwsh"],
 };
 
 /** Every Linux program any mode may run (mode switching cleans up the other modes). */

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { parseCommandLine } from "../../lib/config.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/permissions.ts";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
+import { PROBES } from "./confinement_probe.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
 const manifests = `${root}scripts/manifests`;
@@ -166,6 +167,46 @@ Deno.test("packaged kproxy works and stays inside its permissions", async (t) =>
         }
       },
     );
+
+    await t.step("its Executor refuses commands that name a file or run a program", async () => {
+      // Stubs stand in for the programs --allow-run names; each records that it ran.
+      const dir = await Deno.makeTempDir({ prefix: "kp-conf-stubs-" });
+      try {
+        for (const program of ["nft", "ip", "iptables-restore", "iptables-save", "sysctl"]) {
+          await Deno.writeTextFile(
+            `${dir}/${program}`,
+            `#!/bin/sh\necho "${program} $*" >> ${dir}/ran\n`,
+            { mode: 0o755 },
+          );
+        }
+        const flags = await printedFlags([
+          "--manifests",
+          manifests,
+          "--hostname-override",
+          "node-a",
+        ]);
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["run", ...flags, `${root}tests/e2e/confinement_probe.ts`],
+          cwd: root,
+          env: { NO_COLOR: "1", PATH: `${dir}:${Deno.env.get("PATH")}` },
+          stdin: "null",
+        }).output();
+        const lines = new TextDecoder().decode(out.stdout).trim().split("\n");
+        assert.equal(
+          lines.length,
+          Object.keys(PROBES).length,
+          new TextDecoder().decode(out.stderr),
+        );
+        for (const line of lines) {
+          const needed = line.startsWith("ip deletes the ipvs dummy interface");
+          assert.match(line, needed ? /: ran$/ : /: refused: Cannot run /);
+        }
+        const ran = await Deno.readTextFile(`${dir}/ran`).catch(() => "");
+        assert.equal(ran, "ip link del kube-ipvs0\n", "a refused command reached its program");
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    });
 
     await t.step("cannot read a file outside its list", async () => {
       const dir = await Deno.makeTempDir({ prefix: "kproxy-secret-" });
