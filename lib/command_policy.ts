@@ -193,10 +193,9 @@ const ipRule: ProgramRule = (args, policy) => {
     if (["add", "del", "delete"].includes(second ?? "") && !rest.length) return OK;
     if (second === "exec") {
       const [program = "", ...programArgs] = rest;
-      const inner = Object.hasOwn(policy, program) && program !== "ip"
+      return Object.hasOwn(policy, program) && program !== "ip"
         ? policy[program]!(programArgs, policy)
         : refuse(`ip netns exec may run kproxy's programs only, not "${program}"`);
-      return inner;
     }
   }
   return refuse(
@@ -298,7 +297,7 @@ export const KPROXY_COMMAND_POLICY: CommandPolicy = Object.freeze({
 /** Text carried from one stdin chunk into the check of the next, so no statement is split. */
 const CARRY = 256;
 
-/** The pieces of a command's stdin, each piece of a one-shot iterator only once. */
+/** The pieces of a command's stdin. */
 function stdinPieces(stdin: string | Iterable<string>): Iterable<string> {
   return typeof stdin === "string" ? [stdin] : stdin;
 }
@@ -331,8 +330,9 @@ function checkChunks(pieces: Iterable<string>, check: ScriptCheck): string | und
 
 /**
  * Why `policy` refuses `command`, or undefined when it may run. Reads the
- * whole stdin when the program's script is checked: a re-iterable stdin is
- * iterated again when it is written.
+ * whole stdin when the program's script is checked, so a stdin iterable must
+ * be iterable again to be written (DenoExecutor collects a one-shot iterator
+ * first).
  *
  * @example Usage
  * ```ts
