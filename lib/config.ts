@@ -12,7 +12,7 @@
 
 import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
-import type { Config, DetectLocalMode, ProxyMode, SyncPeriods } from "./config_types.ts";
+import type { Config, DetectLocalMode, PortRange, ProxyMode, SyncPeriods } from "./config_types.ts";
 import { IPVS_SCHEDULERS } from "./config_types.ts";
 import { parseCIDR, parseIP } from "./ip.ts";
 
@@ -131,6 +131,7 @@ export function defaultConfig(hostname: string): Config {
     conntrack: { tcpBeLiberal: false },
     serviceClusterIPRange: [],
     externalIPAllowedCIDRs: [],
+    serviceNodePortRange: { first: 30000, last: 32767 },
     featureGates: { ...FEATURE_GATE_DEFAULTS },
     cleanup: false,
     verbosity: 0,
@@ -257,6 +258,20 @@ function toIP(raw: string, field: string): string {
   const ip = parseIP(raw);
   if (!ip) fail(field, `${quote(raw)} is not an IP address`);
   return raw;
+}
+
+/**
+ * Parses `FIRST-LAST`, as the apiserver's --service-node-port-range.
+ *
+ * @throws {ConfigError} naming `field` when it is not a port range
+ */
+export function toPortRange(raw: string, field: string): PortRange {
+  const match = /^(\d{1,5})-(\d{1,5})$/.exec(raw.trim());
+  const [first, last] = [Number(match?.[1]), Number(match?.[2])];
+  if (!match || first < 1 || last > 65535 || first > last) {
+    fail(field, `${quote(raw)} is not a port range FIRST-LAST (e.g. 30000-32767)`);
+  }
+  return { first, last };
 }
 
 /** `IP:port` or `[IPv6]:port`; "" (disabled) is allowed. */
@@ -554,6 +569,16 @@ const FLAGS: readonly FlagSpec[] = [
     help: "kproxy: the Service cluster IP ranges (comma-separated CIDRs), used when the cluster " +
       "has no ServiceCIDR objects.",
     apply: (c, raw, field) => (c.serviceClusterIPRange = toCIDRList(raw, field)),
+  },
+  {
+    name: "service-node-port-range",
+    group: "Networking",
+    type: "string",
+    key: "serviceNodePortRange",
+    help: "kproxy: the apiserver's --service-node-port-range. Health-check node ports are served " +
+      "only in this range: kproxy's permissions name each of its ports.",
+    defaultText: "30000-32767",
+    apply: (c, raw, field) => (c.serviceNodePortRange = toPortRange(raw, field)),
   },
   {
     name: "external-ip-allowed-cidrs",

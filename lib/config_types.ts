@@ -40,6 +40,12 @@ export interface SyncPeriods {
   minSyncPeriodMs: number;
 }
 
+/** An inclusive range of ports. */
+export interface PortRange {
+  first: number;
+  last: number;
+}
+
 /** Everything kproxy reads from flags and the config file. */
 export interface Config {
   /** Path of the KubeProxyConfiguration file, "" when none. */
@@ -93,6 +99,11 @@ export interface Config {
   serviceClusterIPRange: string[];
   /** kproxy's own: when non-empty, externalIPs outside these CIDRs are ignored (CVE-2020-8554). */
   externalIPAllowedCIDRs: string[];
+  /**
+   * kproxy's own --service-node-port-range, as the apiserver's: the ports health-check node
+   * ports may use, and so the only ports kproxy may listen on for them.
+   */
+  serviceNodePortRange: PortRange;
   /** --feature-gates merged over the defaults. */
   featureGates: Record<string, boolean>;
   cleanup: boolean;

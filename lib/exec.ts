@@ -1,12 +1,14 @@
 /**
  * The Executor: the only way kproxy runs programs. It runs allow-listed
- * programs with an argument vector (never a shell line), passes scripts on
- * stdin and returns exit status and output. `FakeExecutor` records calls for
- * tests and answers from a script of replies.
+ * programs with an argument vector (never a shell line) that their argument
+ * policy allows (lib/command_policy.ts), passes scripts on stdin and returns
+ * exit status and output. `FakeExecutor` records calls for tests and answers
+ * from a script of replies.
  *
  * @module
  */
 
+import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
 import { MODE_PROGRAMS } from "./permissions.ts";
 
 /** One program invocation. */
@@ -59,6 +61,12 @@ export const ALL_PROGRAMS: readonly string[] = Object.freeze([
 export interface DenoExecutorOptions {
   /** Programs that may be run; anything else is refused without spawning. */
   allowedPrograms: readonly string[];
+  /**
+   * How each program may be called (lib/command_policy.ts); a command it
+   * refuses, or a program it does not name, is refused without spawning.
+   * @default {KPROXY_COMMAND_POLICY}
+   */
+  policy?: CommandPolicy;
 }
 
 /** Formats a command for messages: program and arguments, no stdin. */
@@ -79,9 +87,11 @@ export function describeCommand(command: Command): string {
  */
 export class DenoExecutor implements Executor {
   readonly #allowed: ReadonlySet<string>;
+  readonly #policy: CommandPolicy;
 
   constructor(options: DenoExecutorOptions) {
     this.#allowed = new Set(options.allowedPrograms);
+    this.#policy = options.policy ?? KPROXY_COMMAND_POLICY;
   }
 
   /** Runs one command; see the class documentation for what throws. */
@@ -93,8 +103,25 @@ export class DenoExecutor implements Executor {
         `Cannot run "${command.program}": not in the allowed programs`,
       );
     }
-    return await spawnCommand(command);
+    const checked = withReusableStdin(command);
+    const refused = commandRefusal(checked, this.#policy);
+    if (refused !== undefined) {
+      throw new CommandError(
+        command,
+        undefined,
+        `Cannot run "${describeCommand(command)}": ${refused}`,
+      );
+    }
+    return await spawnCommand(checked);
   }
+}
+
+/** The command with a one-shot stdin iterator collected, so the policy can read it first. */
+function withReusableStdin(command: Command): Command {
+  const { stdin } = command;
+  if (stdin === undefined || typeof stdin === "string") return command;
+  const oneShot = (stdin[Symbol.iterator]() as unknown) === stdin;
+  return oneShot ? { ...command, stdin: [...stdin] } : command;
 }
 
 /**

@@ -10,7 +10,7 @@
  */
 
 import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
-import type { Config, ProxyMode } from "./config_types.ts";
+import type { Config, PortRange, ProxyMode } from "./config_types.ts";
 
 /** Programs each mode spawns through the Executor. */
 export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
@@ -50,7 +50,7 @@ export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
     "sysctl",
     "conntrack",
   ],
-  kernelspace: ["powershell.exe", "pwsh", "netsh"],
+  kernelspace: ["powershell.exe", "pwsh"],
 };
 
 /** Every Linux program any mode may run (mode switching cleans up the other modes). */
@@ -72,7 +72,12 @@ export const ENV_VARS: readonly string[] = [
 /** A set of Deno permissions. Empty lists grant nothing. */
 export interface PermissionSet {
   run: string[];
-  /** host:port entries to connect to or listen on; a bare host allows every port. */
+  /**
+   * `host:port` entries to connect to or listen on. Deno checks listening and
+   * connecting against the same entries, so every entry names a port: a bare
+   * `0.0.0.0` would also allow connecting to `0.0.0.0:ANY`, which Linux
+   * delivers to loopback.
+   */
   net: string[];
   read: string[];
   env: string[];
@@ -86,26 +91,58 @@ export interface PermissionInput {
   apiservers: string[];
   /** Listening addresses: healthz and metrics `host:port`. */
   listen: string[];
-  /** Address health-check node ports bind to; its host is allowed on every port. */
-  healthCheckBindHost: string;
+  /** Health-check node ports: served on `host` at the ports of `ports`. Absent: none. */
+  healthCheckNodePorts?: { host: string; ports: PortRange };
   /** Files and directories read: config, kubeconfig and the files it names, manifests. */
   read: string[];
   /** Allow every Linux mode's programs (for cleaning up after a mode switch). */
   allModes?: boolean;
 }
 
-/** Computes the permission set for a configuration. Pure. */
+/** Where kproxy serves health-check node ports (as upstream without nodePortAddresses). */
+export const HEALTH_CHECK_NODE_PORT_HOST = "0.0.0.0";
+
+/**
+ * The most ports one `--allow-net` flag may name: Linux limits one argument
+ * to 128 KiB, and each `0.0.0.0:NNNNN,` takes 14 bytes.
+ */
+export const MAX_GRANTED_PORTS = 8192;
+
+const HOST_PORT = /^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s,]+):\d{1,5}$/;
+
+/**
+ * Computes the permission set for a configuration. Pure.
+ *
+ * @throws {TypeError} when a net entry names no port
+ * @throws {RangeError} when the health-check node port range is wider than {@linkcode MAX_GRANTED_PORTS}
+ */
 export function permissionsFor(input: PermissionInput): PermissionSet {
   const programs = input.mode === "kernelspace"
     ? MODE_PROGRAMS.kernelspace
     : input.allModes
     ? LINUX_PROGRAMS
     : MODE_PROGRAMS[input.mode];
-  const net = [...input.apiservers, ...input.listen];
-  if (input.healthCheckBindHost) net.push(input.healthCheckBindHost);
+  const net = [...input.apiservers, ...input.listen].filter((entry) => entry !== "");
+  if (input.healthCheckNodePorts) {
+    const { host, ports } = input.healthCheckNodePorts;
+    const count = ports.last - ports.first + 1;
+    if (count > MAX_GRANTED_PORTS) {
+      throw new RangeError(
+        `Cannot grant health-check node ports ${ports.first}-${ports.last}: ${count} ports, ` +
+          `more than the ${MAX_GRANTED_PORTS} one --allow-net flag can name`,
+      );
+    }
+    const bracketed = host.includes(":") ? `[${host}]` : host;
+    for (let port = ports.first; port <= ports.last; port++) net.push(`${bracketed}:${port}`);
+  }
+  for (const entry of net) {
+    if (!HOST_PORT.test(entry)) {
+      throw new TypeError(`Cannot grant network access to "${entry}": it names no single port`);
+    }
+  }
   return {
     run: [...new Set(programs)].sort(),
-    net: [...new Set(net.filter((entry) => entry !== ""))].sort(),
+    net: [...new Set(net)].sort(),
     read: [...new Set(input.read.filter((path) => path !== ""))].sort(),
     env: [...ENV_VARS],
     sys: ["hostname", "networkInterfaces"],
@@ -177,12 +214,11 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
       read.push(SERVICE_ACCOUNT_DIR);
     }
   }
-  const healthCheckBindHost = config.bindAddress === "" ? "0.0.0.0" : config.bindAddress;
   return {
     mode: config.proxyMode,
     apiservers,
     listen: [config.healthzBindAddress, config.metricsBindAddress].filter((a) => a !== ""),
-    healthCheckBindHost,
+    healthCheckNodePorts: { host: HEALTH_CHECK_NODE_PORT_HOST, ports: config.serviceNodePortRange },
     read,
     allModes: config.proxyMode !== "kernelspace",
   };

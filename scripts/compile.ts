@@ -9,13 +9,16 @@
  * is used from the Deno cache when present, and this script says so clearly
  * when it is not (an offline machine cannot download it).
  *
- * Usage: deno task compile [--apiserver=HOST:PORT ...] [--target=TRIPLE ...]
+ * Usage: deno task compile [--apiserver=HOST:PORT ...] [--service-node-port-range=FIRST-LAST]
+ * [--target=TRIPLE ...]
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { denoFlags, permissionsFor } from "../lib/permissions.ts";
+import { toPortRange } from "../lib/config.ts";
+import type { PortRange } from "../lib/config_types.ts";
+import { denoFlags, HEALTH_CHECK_NODE_PORT_HOST, permissionsFor } from "../lib/permissions.ts";
 import { SERVICE_ACCOUNT_DIR } from "../lib/source/kubeconfig.ts";
 
 /** Build targets and where their configuration lives on the node. */
@@ -34,15 +37,24 @@ type Target = keyof typeof TARGETS;
  */
 export const V8_FLAGS = ["--max-semi-space-size=4"];
 
+/** What a build bakes in besides the target. */
+export interface CompileOptions {
+  /** `host:port` of each apiserver the executable may reach. */
+  apiservers: string[];
+  /** The cluster's --service-node-port-range: where health-check node ports may listen. */
+  nodePorts: PortRange;
+}
+
 /** The `deno compile` arguments for one target. */
-export function compileArgs(target: Target, apiservers: string[]): string[] {
+export function compileArgs(target: Target, options: CompileOptions): string[] {
+  const { apiservers, nodePorts } = options;
   const windows = TARGETS[target].windows;
   const permissions = permissionsFor({
     mode: windows ? "kernelspace" : "nftables",
     allModes: !windows,
     apiservers,
     listen: ["0.0.0.0:10256", "127.0.0.1:10249"],
-    healthCheckBindHost: "0.0.0.0",
+    healthCheckNodePorts: { host: HEALTH_CHECK_NODE_PORT_HOST, ports: nodePorts },
     read: windows
       ? ["C:\\etc\\kproxy", "C:\\var\\lib\\kproxy"]
       : ["/etc/kproxy", "/var/lib/kproxy", SERVICE_ACCOUNT_DIR],
@@ -86,9 +98,20 @@ if (import.meta.main) {
     args: Deno.args,
     options: {
       apiserver: { type: "string", multiple: true, default: [] },
+      "service-node-port-range": { type: "string", default: "30000-32767" },
       target: { type: "string", multiple: true, default: Object.keys(TARGETS) },
     },
   });
+  let nodePorts: PortRange;
+  try {
+    nodePorts = toPortRange(
+      values["service-node-port-range"] as string,
+      "--service-node-port-range",
+    );
+  } catch (error) {
+    console.error(`compile: ${error instanceof Error ? error.message : error}`);
+    Deno.exit(2);
+  }
   let built = 0;
   for (const target of values.target as Target[]) {
     if (!(target in TARGETS)) {
@@ -106,7 +129,7 @@ if (import.meta.main) {
       );
       continue;
     }
-    const args = compileArgs(target, values.apiserver as string[]);
+    const args = compileArgs(target, { apiservers: values.apiserver as string[], nodePorts });
     console.error(`compile: deno ${args.join(" ")}`);
     const { code } = await new Deno.Command(Deno.execPath(), { args }).spawn().status;
     if (code !== 0) Deno.exit(code);

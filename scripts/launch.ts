@@ -4,8 +4,9 @@
  * finds the apiserver and the files it must read, and starts
  * `deno run --allow-run=… --allow-net=host:port,… dist/kproxy.js ARGS`.
  *
- * Usage: `deno run --allow-read --allow-env --allow-sys=hostname --allow-run=deno scripts/launch.ts [kproxy flags]`
- * Add `--print-flags` to print the computed flags instead of running.
+ * Usage: `deno task launch -- [kproxy flags]` (or `deno run --allow-read --allow-env
+ * --allow-sys=hostname --allow-run=deno scripts/launch.ts [kproxy flags]`). Add `--print-flags` to
+ * print the computed command instead of running it.
  *
  * @module
  */
@@ -28,9 +29,18 @@ export function launchArgs(argv: string[]): string[] {
   return ["run", ...denoFlags(permissionsFor(input)), bundle, ...argv];
 }
 
+/**
+ * The kproxy arguments of a launch command line: `deno task launch -- FLAGS`
+ * passes the `--` on, so a leading one is dropped.
+ */
+export function kproxyArgv(args: readonly string[]): string[] {
+  return args[0] === "--" ? args.slice(1) : [...args];
+}
+
 if (import.meta.main) {
-  const printOnly = Deno.args.includes("--print-flags");
-  const argv = Deno.args.filter((arg) => arg !== "--print-flags");
+  const given = kproxyArgv(Deno.args);
+  const printOnly = given.includes("--print-flags");
+  const argv = given.filter((arg) => arg !== "--print-flags");
   let args: string[];
   try {
     args = launchArgs(argv);
@@ -43,7 +53,12 @@ if (import.meta.main) {
     console.log(["deno", ...args].join(" "));
     Deno.exit(0);
   }
-  const child = new Deno.Command(Deno.execPath(), { args, stdin: "inherit" }).spawn();
+  // `--allow-run=deno` names the deno found in PATH, which may be a link to this executable.
+  const deno = Deno.permissions.querySync({ name: "run", command: Deno.execPath() }).state ===
+      "granted"
+    ? Deno.execPath()
+    : "deno";
+  const child = new Deno.Command(deno, { args, stdin: "inherit" }).spawn();
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => child.kill(signal));
   }

@@ -5,8 +5,8 @@
  * client-node's informers are not used: their typed deserializer drops
  * fields its model lacks (`spec.topologyKeys`), and they do not restart after
  * errors other than 410 Gone. Instead each resource runs its own list+watch
- * loop over `fetch`, with the connection settings and credentials of
- * {@linkcode loadApiConnection}:
+ * loop over {@linkcode ApiTransport} (which trusts only the cluster's CA), with
+ * the connection settings and credentials of {@linkcode loadApiConnection}:
  *
  * - list (in pages), then watch from the list's resourceVersion with bookmarks;
  * - a dropped or ended stream is re-watched from the last resourceVersion seen;
@@ -25,7 +25,8 @@
 import { getLogger } from "@logtape/logtape";
 import type { ObjectKind, Source, SourceListener } from "./source.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
-import { type ApiConnection, type Credentials, loadApiConnection } from "./kubeconfig.ts";
+import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
+import { ApiTransport } from "./transport.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
 
@@ -156,7 +157,7 @@ export class KubeSource implements Source {
   readonly #backoff: BackoffOptions;
   readonly #missingRetryMs: number;
   readonly #pageSize: number;
-  #httpClient?: Deno.HttpClient;
+  readonly #transport = new ApiTransport();
   #warnedInsecure = false;
 
   /**
@@ -199,8 +200,7 @@ export class KubeSource implements Source {
         this.#resources.map((resource) => this.#run(resource, { listener, signal, onListed })),
       );
     } finally {
-      this.#httpClient?.close();
-      this.#httpClient = undefined;
+      this.#transport.close();
     }
   }
 
@@ -469,26 +469,17 @@ export class KubeSource implements Source {
 
   async #request(pathAndQuery: string, signal: AbortSignal): Promise<Response> {
     const credentials = await this.#connection.credentials();
-    const headers = new Headers({ Accept: "application/json" });
-    for (const [name, value] of Object.entries(credentials.headers)) headers.set(name, value);
-    const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
-    const server = this.#connection.server;
-    if (server.startsWith("https:")) init.client = this.#clientFor(credentials);
-    return await fetch(`${server}${pathAndQuery}`, init);
-  }
-
-  /** A TLS client with the kubeconfig's CA and client certificate, made once. */
-  #clientFor(credentials: Credentials): Deno.HttpClient | undefined {
-    if (this.#httpClient) return this.#httpClient;
-    if (credentials.insecureSkipTLSVerify && !this.#warnedInsecure) {
+    const url = `${this.#connection.server}${pathAndQuery}`;
+    if (url.startsWith("https:") && credentials.insecureSkipTLSVerify && !this.#warnedInsecure) {
       this.#warnedInsecure = true;
       logger.warn("insecure-skip-tls-verify is not supported; verifying the apiserver certificate");
     }
     const { ca, cert, key } = credentials;
-    if (!ca && !(cert && key)) return undefined;
-    this.#httpClient = cert && key
-      ? Deno.createHttpClient({ caCerts: ca ? [ca] : undefined, cert, key })
-      : Deno.createHttpClient({ caCerts: ca ? [ca] : undefined });
-    return this.#httpClient;
+    return await this.#transport.get({
+      url,
+      headers: { Accept: "application/json", ...credentials.headers },
+      signal,
+      tls: { ca, cert, key },
+    });
   }
 }

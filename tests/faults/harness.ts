@@ -13,6 +13,7 @@ import type { Backend } from "../../backends/backend.ts";
 import { main, type RunningApp } from "../../lib/app.ts";
 import type { Config } from "../../lib/config_types.ts";
 import type { NodePlans } from "../../lib/plan.ts";
+import { ANY_ARGUMENTS, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
 import { type Command, type CommandResult, DenoExecutor, type Executor } from "../../lib/exec.ts";
 import { setupLogging } from "../../lib/log.ts";
 import type { Source, SourceEvent, SourceListener } from "../../lib/source/source.ts";
@@ -210,7 +211,11 @@ export interface FaultyExecutorOptions {
 export class FaultyExecutor implements Executor {
   readonly #namespace: string;
   readonly #timeoutMs: number;
-  readonly #real = new DenoExecutor({ allowedPrograms: ["ip", "sleep", MISSING_PROGRAM] });
+  readonly #real = new DenoExecutor({
+    allowedPrograms: ["ip", "sleep", MISSING_PROGRAM],
+    // kproxy's own policy, and the test's stand-ins for a hung and a missing program.
+    policy: { ...KPROXY_COMMAND_POLICY, sleep: ANY_ARGUMENTS, [MISSING_PROGRAM]: ANY_ARGUMENTS },
+  });
   #fault?: { kind: FaultKind; remaining: number; program?: string };
   /** Loads attempted (faulted or not), in order. */
   readonly loads: { program: string; fault?: FaultKind; at: number }[] = [];

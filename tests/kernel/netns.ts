@@ -85,6 +85,7 @@ export function testConfig(options: TestConfigOptions = {}): Config {
     conntrack: { tcpBeLiberal: false },
     serviceClusterIPRange: ["10.96.0.0/16", "fd00:96::/112"],
     externalIPAllowedCIDRs: [],
+    serviceNodePortRange: { first: 30000, last: 32767 },
     featureGates: {},
     cleanup: false,
     verbosity: 0,

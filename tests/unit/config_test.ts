@@ -181,6 +181,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
     "fd00:10:96::/112",
   ]],
   ["external-ip-allowed-cidrs", "203.0.113.0/24", "externalIPAllowedCIDRs", ["203.0.113.0/24"]],
+  ["service-node-port-range", "30000-30999", "serviceNodePortRange", { first: 30000, last: 30999 }],
   ["config", "/etc/kproxy/config.yaml", "configFile", "/etc/kproxy/config.yaml"],
 ];
 
@@ -577,6 +578,13 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     ["--external-ip-allowed-cidrs=1.2.3.4"],
     undefined,
     "--external-ip-allowed-cidrs",
+  ],
+  [
+    "backwards node port range",
+    ["--service-node-port-range=32767-30000"],
+    undefined,
+    "--service-node-port-range",
+    /FIRST-LAST/,
   ],
   ["bad nodeport address", ["--nodeport-addresses=eth0"], undefined, "--nodeport-addresses"],
   [

@@ -94,7 +94,7 @@ Deno.test("ConfigMap holds a KubeProxyConfiguration", async () => {
 
 Deno.test("systemd unit is hardened", async () => {
   const unit = await Deno.readTextFile(new URL("kproxy.service", SYSTEMD));
-  const has = (line: string) => assert.match(unit, new RegExp(`^${line}$`, "m"), line);
+  const has = (line: string) => assert.ok(unit.split("\n").includes(line), line);
   has("CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW");
   has("NoNewPrivileges=yes");
   has("ProtectSystem=strict");
@@ -102,6 +102,45 @@ Deno.test("systemd unit is hardened", async () => {
   has("Restart=always");
   has("After=network-online.target");
   has("Wants=network-online.target");
+  has("ProtectKernelTunables=yes");
+  has("ReadWritePaths=/proc/sys/net -/run/xtables.lock");
+  has("RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX");
+  has("SystemCallFilter=@system-service");
+  has("SystemCallFilter=~@privileged @resources");
+  has("RestrictNamespaces=yes");
+  has("UMask=0077");
+  assert.doesNotMatch(unit, /^MemoryDenyWriteExecute=yes$/m, "V8 needs W+X memory");
+});
+
+/** The overall exposure `systemd-analyze security` gives a unit file, or why it cannot. */
+async function exposureOf(path: string): Promise<number | string> {
+  const out = await new Deno.Command("systemd-analyze", {
+    args: ["security", "--offline=yes", "--no-pager", path],
+    env: { SYSTEMD_COLORS: "0" },
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  const match = /Overall exposure level for \S+: (\d+\.\d+)/.exec(text);
+  return match ? Number(match[1]) : `systemd-analyze security --offline=yes: ${text.trim()}`;
+}
+
+const securitySkipReason = await (async () => {
+  try {
+    const probe = await exposureOf(new URL("kproxy.service", SYSTEMD).pathname);
+    return typeof probe === "string" ? probe : undefined;
+  } catch {
+    return "systemd-analyze is not installed";
+  }
+})();
+if (securitySkipReason) console.log(`skipping the systemd exposure test: ${securitySkipReason}`);
+
+Deno.test({
+  name: "systemd unit's exposure in systemd-analyze security is at most 3.0",
+  ignore: securitySkipReason !== undefined,
+  async fn() {
+    const exposure = await exposureOf(new URL("kproxy.service", SYSTEMD).pathname);
+    assert.equal(typeof exposure, "number", String(exposure));
+    assert.ok((exposure as number) <= 3.0, `exposure ${exposure} > 3.0`);
+  },
 });
 
 const analyze = await (async () => {

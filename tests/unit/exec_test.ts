@@ -6,9 +6,14 @@ import {
   FakeExecutor,
   runChecked,
 } from "../../lib/exec.ts";
+import { ANY_ARGUMENTS } from "../../lib/command_policy.ts";
 import { readSysctl, setSysctls } from "../../lib/sysctl.ts";
 
-const shellExecutor = new DenoExecutor({ allowedPrograms: ["sh", "cat", "kp-no-such-program"] });
+const TEST_PROGRAMS = ["sh", "cat", "kp-no-such-program"];
+const shellExecutor = new DenoExecutor({
+  allowedPrograms: TEST_PROGRAMS,
+  policy: Object.fromEntries(TEST_PROGRAMS.map((program) => [program, ANY_ARGUMENTS])),
+});
 
 Deno.test("DenoExecutor.run() refuses a program outside the allow-list without spawning", async () => {
   const marker = await Deno.makeTempFile();

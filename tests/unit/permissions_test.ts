@@ -20,7 +20,6 @@ Deno.test("permissionsFor() lists only the selected mode's programs", () => {
       mode,
       apiservers: [],
       listen: [],
-      healthCheckBindHost: "",
       read: [],
     });
     assert.ok(set.run.includes(has), `${mode} runs ${has}`);
@@ -34,7 +33,6 @@ Deno.test("permissionsFor() with allModes allows every Linux mode's programs", (
     mode: "nftables",
     apiservers: [],
     listen: [],
-    healthCheckBindHost: "",
     read: [],
     allModes: true,
   });
@@ -43,16 +41,65 @@ Deno.test("permissionsFor() with allModes allows every Linux mode's programs", (
   assert.ok(!set.run.includes("sh"));
 });
 
-Deno.test("permissionsFor() names exact hosts and files", () => {
+Deno.test("permissionsFor() names exact hosts, ports and files", () => {
   const set = permissionsFor({
     mode: "nftables",
     apiservers: ["10.0.0.1:6443"],
     listen: ["0.0.0.0:10256", "127.0.0.1:10249"],
-    healthCheckBindHost: "0.0.0.0",
+    healthCheckNodePorts: { host: "0.0.0.0", ports: { first: 30000, last: 30002 } },
     read: ["/etc/kproxy/config.yaml", "", "/etc/kproxy/config.yaml"],
   });
-  assert.deepEqual(set.net, ["0.0.0.0", "0.0.0.0:10256", "10.0.0.1:6443", "127.0.0.1:10249"]);
+  assert.deepEqual(set.net, [
+    "0.0.0.0:10256",
+    "0.0.0.0:30000",
+    "0.0.0.0:30001",
+    "0.0.0.0:30002",
+    "10.0.0.1:6443",
+    "127.0.0.1:10249",
+  ]);
   assert.deepEqual(set.read, ["/etc/kproxy/config.yaml"]);
+});
+
+Deno.test("permissionsFor() grants no host without a port", () => {
+  const input = { mode: "nftables" as const, apiservers: [], read: [] };
+  for (const entry of ["0.0.0.0", "::", "[::]", "10.0.0.1", "api.example", ":10256"]) {
+    assert.throws(
+      () => permissionsFor({ ...input, listen: [entry] }),
+      /Cannot grant network access to .*: it names no single port/,
+      entry,
+    );
+  }
+  const ipv6 = permissionsFor({
+    ...input,
+    listen: [],
+    healthCheckNodePorts: { host: "::", ports: { first: 30000, last: 30000 } },
+  });
+  assert.deepEqual(ipv6.net, ["[::]:30000"]);
+});
+
+Deno.test("permissionsFor() refuses a node port range too wide for one flag", () => {
+  assert.throws(
+    () =>
+      permissionsFor({
+        mode: "nftables",
+        apiservers: [],
+        listen: [],
+        read: [],
+        healthCheckNodePorts: { host: "0.0.0.0", ports: { first: 20000, last: 40000 } },
+      }),
+    /Cannot grant health-check node ports 20000-40000: 20001 ports/,
+  );
+});
+
+Deno.test("permissionInputFor() grants the node port range for health checks, nothing bare", async () => {
+  const { defaultConfig } = await import("../../lib/config.ts");
+  const config = { ...defaultConfig("node-a"), manifests: "/srv/manifests" };
+  const set = permissionsFor(
+    permissionInputFor(config, { readTextFile: () => "", getEnv: () => undefined }),
+  );
+  assert.equal(set.net.filter((entry) => /^0\.0\.0\.0:3\d{4}$/.test(entry)).length, 2768);
+  assert.ok(set.net.includes("0.0.0.0:10256"));
+  assert.ok(!set.net.includes("0.0.0.0"));
 });
 
 Deno.test("denoFlags() renders one flag per kind and omits empty kinds", () => {

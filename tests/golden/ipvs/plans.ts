@@ -148,6 +148,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     conntrack: { tcpBeLiberal: false },
     serviceClusterIPRange: ["10.96.0.0/16"],
     externalIPAllowedCIDRs: [],
+    serviceNodePortRange: { first: 30000, last: 32767 },
     featureGates: {},
     cleanup: false,
     verbosity: 0,
