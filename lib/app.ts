@@ -20,6 +20,7 @@ import {
 } from "./config.ts";
 import type { Config, ProxyMode } from "./config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
+import { systemClock } from "./clock.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
 import { setupLogging } from "./log.ts";
@@ -324,7 +325,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   });
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
   const history = new SyncHistory();
-  const startedAt = Date.now();
+  const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
   const flushConntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack");
   const proxier = new Proxier({
     backend,
@@ -381,9 +382,10 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
             version: VERSION,
             mode: backend.mode,
             node: config.hostnameOverride,
-            startedAt,
-            now: Date.now(),
-            healthy: health.status(Date.now()).healthy,
+            startedAt: startedAt.wall,
+            now: systemClock.wallNow(),
+            uptimeMs: systemClock.now() - startedAt.monotonic,
+            healthy: health.status().healthy,
             families: countPlans(proxier.lastSynced),
             syncs: history.entries(),
             totalSyncs: history.total,

@@ -6,6 +6,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
+import { type Clock, systemClock } from "./clock.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 
 const logger = getLogger(["kproxy", "health"]);
@@ -26,6 +27,8 @@ export interface ProxyHealthStatus {
 export interface ProxyHealthOptions {
   /** How long a queued update may stay unapplied before the proxy is unhealthy: 2 × syncPeriod. */
   healthTimeoutMs: number;
+  /** Monotonic time for the timeout, wall time for the reported times. @default {systemClock} */
+  clock?: Pick<Clock, "now" | "wallNow">;
 }
 
 /**
@@ -34,22 +37,26 @@ export interface ProxyHealthOptions {
  */
 export class ProxyHealth {
   readonly #healthTimeoutMs: number;
+  readonly #clock: Pick<Clock, "now" | "wallNow">;
+  /** Monotonic time of the oldest update not applied yet. */
   #oldestPendingAt?: number;
+  /** Wall time of the last successful sync. */
   #lastUpdatedAt?: number;
   #nodeDeleting = false;
 
   constructor(options: ProxyHealthOptions) {
     this.#healthTimeoutMs = options.healthTimeoutMs;
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** Records that a change is waiting to be applied (keeps the oldest such time). */
-  queuedUpdate(now: number): void {
-    this.#oldestPendingAt ??= now;
+  queuedUpdate(): void {
+    this.#oldestPendingAt ??= this.#clock.now();
   }
 
   /** Records a successful sync: nothing is pending any more. */
-  updated(now: number): void {
-    this.#lastUpdatedAt = now;
+  updated(): void {
+    this.#lastUpdatedAt = this.#clock.wallNow();
     this.#oldestPendingAt = undefined;
   }
 
@@ -58,17 +65,17 @@ export class ProxyHealth {
     this.#nodeDeleting = deleting;
   }
 
-  /** Health at `now` (ms since the epoch). */
-  status(now: number): ProxyHealthStatus {
+  /** Health now. */
+  status(): ProxyHealthStatus {
     const healthy = this.#oldestPendingAt === undefined ||
-      now - this.#oldestPendingAt < this.#healthTimeoutMs;
+      this.#clock.now() - this.#oldestPendingAt < this.#healthTimeoutMs;
     return {
       healthy,
       nodeEligible: !this.#nodeDeleting,
       lastUpdated: this.#lastUpdatedAt === undefined
         ? ""
         : new Date(this.#lastUpdatedAt).toISOString(),
-      currentTime: new Date(now).toISOString(),
+      currentTime: new Date(this.#clock.wallNow()).toISOString(),
     };
   }
 }
@@ -89,8 +96,6 @@ const JSON_HEADERS = { "content-type": "application/json", "x-content-type-optio
 export interface HealthRequestOptions {
   health: ProxyHealth;
   metrics?: ProxyMetrics;
-  /** @default {Date.now} */
-  now?: () => number;
 }
 
 /**
@@ -99,7 +104,7 @@ export interface HealthRequestOptions {
  */
 export function handleHealthRequest(request: Request, options: HealthRequestOptions): Response {
   const { pathname } = new URL(request.url);
-  const status = options.health.status((options.now ?? Date.now)());
+  const status = options.health.status();
   if (pathname === "/healthz") {
     const ok = status.healthy && status.nodeEligible;
     options.metrics?.proxyHealthzTotal.inc({ code: ok ? "200" : "503" });
@@ -156,8 +161,6 @@ export interface ServiceHealthServersOptions {
   hostname?: string;
   /** When given, a service reports 503 while the proxy itself is unhealthy. */
   health?: ProxyHealth;
-  /** @default {Date.now} */
-  now?: () => number;
 }
 
 /**
@@ -169,14 +172,12 @@ export interface ServiceHealthServersOptions {
 export class ServiceHealthServers {
   readonly #hostname: string;
   readonly #health?: ProxyHealth;
-  readonly #now: () => number;
   readonly #servers = new Map<number, Deno.HttpServer<Deno.NetAddr>>();
   #services = new Map<number, ServiceHealthInfo>();
 
   constructor(options: ServiceHealthServersOptions = {}) {
     this.#hostname = options.hostname ?? "0.0.0.0";
     this.#health = options.health;
-    this.#now = options.now ?? Date.now;
   }
 
   /** Ports with a listening server, sorted. */
@@ -225,7 +226,7 @@ export class ServiceHealthServers {
   #answer(port: number): Response {
     const info = this.#services.get(port);
     if (!info) return new Response("404 page not found\n", { status: 404 });
-    const proxyHealthy = this.#health?.status(this.#now()).healthy ?? true;
+    const proxyHealthy = this.#health?.status().healthy ?? true;
     const body = {
       service: { namespace: info.namespace, name: info.name },
       localEndpoints: info.localEndpoints,
