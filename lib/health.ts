@@ -8,6 +8,7 @@
 import { getLogger } from "@logtape/logtape";
 import { type Clock, systemClock } from "./clock.ts";
 import type { ProxyMetrics } from "./metrics.ts";
+import type { IpFamily } from "./model.ts";
 
 const logger = getLogger(["kproxy", "health"]);
 
@@ -17,16 +18,20 @@ export interface ProxyHealthStatus {
   healthy: boolean;
   /** True unless this node is being deleted. */
   nodeEligible: boolean;
-  /** ISO time of the last successful sync, "" before the first. */
-  lastUpdated: string;
-  /** ISO time of the check. */
-  currentTime: string;
+  /** Wall time (ms since the epoch) of the last successful sync, or of the start before one. */
+  lastUpdated: number;
+  /** Wall time of the check. */
+  currentTime: number;
+  /** Each IP family kproxy programs; all of them are synced together, so they agree. */
+  families: { family: IpFamily; lastUpdated: number; healthy: boolean }[];
 }
 
 /** Options for {@linkcode ProxyHealth}. */
 export interface ProxyHealthOptions {
   /** How long a queued update may stay unapplied before the proxy is unhealthy: 2 × syncPeriod. */
   healthTimeoutMs: number;
+  /** The families reported in `/healthz`'s `status`. @default {["IPv4", "IPv6"]} */
+  families?: readonly IpFamily[];
   /** Monotonic time for the timeout, wall time for the reported times. @default {systemClock} */
   clock?: Pick<Clock, "now" | "wallNow">;
 }
@@ -34,19 +39,23 @@ export interface ProxyHealthOptions {
 /**
  * The queued-versus-updated health model of upstream's proxy_health.go: the
  * proxy is healthy unless a queued update has waited longer than the timeout.
+ * As upstream, the start counts as the first update.
  */
 export class ProxyHealth {
   readonly #healthTimeoutMs: number;
+  readonly #families: readonly IpFamily[];
   readonly #clock: Pick<Clock, "now" | "wallNow">;
   /** Monotonic time of the oldest update not applied yet. */
   #oldestPendingAt?: number;
   /** Wall time of the last successful sync. */
-  #lastUpdatedAt?: number;
+  #lastUpdatedAt: number;
   #nodeDeleting = false;
 
   constructor(options: ProxyHealthOptions) {
     this.#healthTimeoutMs = options.healthTimeoutMs;
+    this.#families = options.families ?? ["IPv4", "IPv6"];
     this.#clock = options.clock ?? systemClock;
+    this.#lastUpdatedAt = this.#clock.wallNow();
   }
 
   /** Records that a change is waiting to be applied (keeps the oldest such time). */
@@ -69,13 +78,13 @@ export class ProxyHealth {
   status(): ProxyHealthStatus {
     const healthy = this.#oldestPendingAt === undefined ||
       this.#clock.now() - this.#oldestPendingAt < this.#healthTimeoutMs;
+    const lastUpdated = this.#lastUpdatedAt;
     return {
       healthy,
       nodeEligible: !this.#nodeDeleting,
-      lastUpdated: this.#lastUpdatedAt === undefined
-        ? ""
-        : new Date(this.#lastUpdatedAt).toISOString(),
-      currentTime: new Date(this.#clock.wallNow()).toISOString(),
+      lastUpdated,
+      currentTime: this.#clock.wallNow(),
+      families: this.#families.map((family) => ({ family, lastUpdated, healthy })),
     };
   }
 }
@@ -99,31 +108,53 @@ export interface HealthRequestOptions {
 }
 
 /**
+ * Formats wall time as Go's `time.Time` marshals to JSON: RFC 3339 in UTC,
+ * the fraction without trailing zeros (`2026-01-01T00:00:01.5Z`).
+ */
+export function formatGoTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.?0*Z$/, "Z");
+}
+
+/**
+ * The body of `/healthz` (with `nodeEligible`) and `/livez` (without), as
+ * kube-proxy 1.36 writes it: while healthy, `lastUpdated` is the current time.
+ */
+function healthBody(status: ProxyHealthStatus, options: { nodeEligible: boolean }): string {
+  const statusByFamily: Record<string, { lastUpdated: string; healthy: boolean }> = {};
+  for (const family of [...status.families].sort((a, b) => a.family < b.family ? -1 : 1)) {
+    statusByFamily[family.family] = {
+      lastUpdated: formatGoTime(family.lastUpdated),
+      healthy: family.healthy,
+    };
+  }
+  return JSON.stringify({
+    lastUpdated: formatGoTime(status.healthy ? status.currentTime : status.lastUpdated),
+    currentTime: formatGoTime(status.currentTime),
+    ...(options.nodeEligible ? { nodeEligible: status.nodeEligible } : {}),
+    healthy: status.healthy,
+    status: statusByFamily,
+  });
+}
+
+/**
  * Answers `/healthz` (503 when unhealthy or the node is being deleted) and
- * `/livez` (503 only when unhealthy), counting the codes in the metrics.
+ * `/livez` (503 only when unhealthy) with kube-proxy's body and headers,
+ * counting the codes in the metrics.
  */
 export function handleHealthRequest(request: Request, options: HealthRequestOptions): Response {
   const { pathname } = new URL(request.url);
+  if (pathname !== "/healthz" && pathname !== "/livez") {
+    return new Response("404 page not found\n", { status: 404 });
+  }
   const status = options.health.status();
-  if (pathname === "/healthz") {
-    const ok = status.healthy && status.nodeEligible;
-    options.metrics?.proxyHealthzTotal.inc({ code: ok ? "200" : "503" });
-    const body = {
-      lastUpdated: status.lastUpdated,
-      currentTime: status.currentTime,
-      nodeEligible: status.nodeEligible,
-    };
-    return new Response(JSON.stringify(body), { status: ok ? 200 : 503, headers: JSON_HEADERS });
-  }
-  if (pathname === "/livez") {
-    options.metrics?.proxyLivezTotal.inc({ code: status.healthy ? "200" : "503" });
-    const body = { lastUpdated: status.lastUpdated, currentTime: status.currentTime };
-    return new Response(JSON.stringify(body), {
-      status: status.healthy ? 200 : 503,
-      headers: JSON_HEADERS,
-    });
-  }
-  return new Response("404 page not found\n", { status: 404 });
+  const healthz = pathname === "/healthz";
+  const ok = status.healthy && (!healthz || status.nodeEligible);
+  const counter = healthz ? options.metrics?.proxyHealthzTotal : options.metrics?.proxyLivezTotal;
+  counter?.inc({ code: ok ? "200" : "503" });
+  return new Response(healthBody(status, { nodeEligible: healthz }), {
+    status: ok ? 200 : 503,
+    headers: JSON_HEADERS,
+  });
 }
 
 /** Options for {@linkcode startHealthServer}. */

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  formatGoTime,
   handleHealthRequest,
   parseBindAddress,
   ProxyHealth,
@@ -101,18 +102,30 @@ Deno.test("ProxyHealth.status() follows queued and applied updates", async (t) =
   }
 });
 
-Deno.test("ProxyHealth.status() reports wall times as ISO strings", () => {
+Deno.test("ProxyHealth.status() reports wall times, the start as the first update", () => {
   const clock = manualClock();
   const health = newHealth(clock);
-  assert.equal(health.status().lastUpdated, "");
-  health.updated();
   clock.advance(1000);
+  health.queuedUpdate();
+  clock.wall -= 3_600_000;
   assert.deepEqual(health.status(), {
     healthy: true,
     nodeEligible: true,
-    lastUpdated: "2026-01-01T00:00:00.000Z",
-    currentTime: "2026-01-01T00:00:01.000Z",
+    lastUpdated: T0,
+    currentTime: T0 - 3_599_000,
+    families: [
+      { family: "IPv4", lastUpdated: T0, healthy: true },
+      { family: "IPv6", lastUpdated: T0, healthy: true },
+    ],
   });
+  health.updated();
+  assert.equal(health.status().lastUpdated, T0 - 3_599_000);
+});
+
+Deno.test("formatGoTime() writes RFC 3339 in UTC as Go marshals time.Time", () => {
+  assert.equal(formatGoTime(T0), "2026-01-01T00:00:00Z");
+  assert.equal(formatGoTime(T0 + 1), "2026-01-01T00:00:00.001Z");
+  assert.equal(formatGoTime(T0 + 120), "2026-01-01T00:00:00.12Z");
 });
 
 Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is deleting", async () => {
@@ -121,11 +134,7 @@ Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is
   health.setNodeDeleting(true);
   const healthz = handleHealthRequest(new Request("http://x/healthz"), { health, metrics });
   assert.equal(healthz.status, 503);
-  assert.deepEqual(await healthz.json(), {
-    lastUpdated: "",
-    currentTime: "2026-01-01T00:00:00.000Z",
-    nodeEligible: false,
-  });
+  assert.equal((await healthz.json()).nodeEligible, false);
   const livez = handleHealthRequest(new Request("http://x/livez"), { health, metrics });
   assert.equal(livez.status, 200);
   await livez.body?.cancel();
@@ -134,6 +143,94 @@ Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is
   const missing = handleHealthRequest(new Request("http://x/other"), { health });
   assert.equal(missing.status, 404);
   await missing.body?.cancel();
+});
+
+/**
+ * kube-proxy 1.36's body (pkg/proxy/healthcheck/proxy_health.go): Go's json.Marshal of
+ * ProxyHealth, fields in struct order, `nodeEligible` only on /healthz, `status` keyed by IP
+ * family in sorted order, times as RFC 3339 with the fraction's trailing zeros cut; while
+ * healthy the top-level `lastUpdated` is the current time.
+ */
+function upstreamBody(
+  options: {
+    lastUpdated: string;
+    currentTime: string;
+    nodeEligible?: boolean;
+    healthy: boolean;
+    familyUpdated: string;
+  },
+): string {
+  const family = `{"lastUpdated":"${options.familyUpdated}","healthy":${options.healthy}}`;
+  const eligible = options.nodeEligible === undefined
+    ? ""
+    : `"nodeEligible":${options.nodeEligible},`;
+  return `{"lastUpdated":"${options.lastUpdated}","currentTime":"${options.currentTime}",${eligible}` +
+    `"healthy":${options.healthy},"status":{"IPv4":${family},"IPv6":${family}}}`;
+}
+
+Deno.test("handleHealthRequest() answers /healthz and /livez in kube-proxy 1.36's shape", async (t) => {
+  const clock = manualClock();
+  const health = newHealth(clock);
+  const answer = async (path: string) => {
+    const response = handleHealthRequest(new Request(`http://x${path}`), { health });
+    assert.equal(response.headers.get("content-type"), "application/json");
+    assert.equal(response.headers.get("x-content-type-options"), "nosniff");
+    return { status: response.status, body: await response.text() };
+  };
+  clock.advance(500);
+  health.updated();
+  clock.advance(1_000);
+
+  await t.step("healthy", async () => {
+    const now = "2026-01-01T00:00:01.5Z";
+    assert.deepEqual(await answer("/healthz"), {
+      status: 200,
+      body: upstreamBody({
+        lastUpdated: now,
+        currentTime: now,
+        nodeEligible: true,
+        healthy: true,
+        familyUpdated: "2026-01-01T00:00:00.5Z",
+      }),
+    });
+    assert.deepEqual(await answer("/livez"), {
+      status: 200,
+      body: upstreamBody({
+        lastUpdated: now,
+        currentTime: now,
+        healthy: true,
+        familyUpdated: "2026-01-01T00:00:00.5Z",
+      }),
+    });
+  });
+
+  await t.step("an update late by the timeout", async () => {
+    health.queuedUpdate();
+    clock.advance(2 * SYNC_PERIOD_MS);
+    const late = {
+      lastUpdated: "2026-01-01T00:00:00.5Z",
+      currentTime: "2026-01-01T00:01:01.5Z",
+      healthy: false,
+      familyUpdated: "2026-01-01T00:00:00.5Z",
+    };
+    assert.deepEqual(await answer("/healthz"), {
+      status: 503,
+      body: upstreamBody({ ...late, nodeEligible: true }),
+    });
+    assert.deepEqual(await answer("/livez"), { status: 503, body: upstreamBody(late) });
+    health.updated();
+  });
+
+  await t.step("a node being deleted fails /healthz only", async () => {
+    health.setNodeDeleting(true);
+    const now = "2026-01-01T00:01:01.5Z";
+    const healthy = { lastUpdated: now, currentTime: now, healthy: true, familyUpdated: now };
+    assert.deepEqual(await answer("/healthz"), {
+      status: 503,
+      body: upstreamBody({ ...healthy, lastUpdated: now, nodeEligible: false }),
+    });
+    assert.deepEqual(await answer("/livez"), { status: 200, body: upstreamBody(healthy) });
+  });
 });
 
 Deno.test("startHealthServer() serves /healthz 200, then 503 after 2 × syncPeriod pending", async () => {
@@ -147,11 +244,8 @@ Deno.test("startHealthServer() serves /healthz 200, then 503 after 2 × syncPeri
     let response = await fetch(`${url}/healthz`);
     assert.equal(response.status, 200);
     assert.equal(response.headers.get("content-type"), "application/json");
-    assert.deepEqual(await response.json(), {
-      lastUpdated: "2026-01-01T00:00:00.000Z",
-      currentTime: "2026-01-01T00:00:00.000Z",
-      nodeEligible: true,
-    });
+    assert.equal(response.headers.get("x-content-type-options"), "nosniff");
+    assert.equal((await response.json()).healthy, true);
     clock.advance(1000);
     health.queuedUpdate();
     clock.advance(2 * SYNC_PERIOD_MS);

@@ -215,7 +215,7 @@ Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids
   assert.equal(h.metrics.syncFullProxyRulesDuration.get().count, 1);
   assert.equal(h.metrics.syncPartialProxyRulesDuration.get().count, 1);
   assert.equal(h.metrics.syncProxyRulesLastTimestamp.get(), h.clock.t / 1000);
-  assert.equal(h.health.status().lastUpdated, new Date(h.clock.t).toISOString());
+  assert.equal(h.health.status().lastUpdated, h.clock.t);
 });
 
 Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
