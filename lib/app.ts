@@ -23,6 +23,7 @@ import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
 import { systemClock } from "./clock.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
+import { ConnectionLimit, type HttpServer } from "./http_server.ts";
 import { setupLogging } from "./log.ts";
 import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
 import { MODE_PROGRAMS } from "./permissions.ts";
@@ -57,8 +58,8 @@ export interface RunningApp {
   health: ProxyHealth;
   metrics: ProxyMetrics;
   serviceHealth: ServiceHealthServers;
-  healthServer?: Deno.HttpServer<Deno.NetAddr>;
-  metricsServer?: Deno.HttpServer<Deno.NetAddr>;
+  healthServer?: HttpServer;
+  metricsServer?: HttpServer;
 }
 
 /** Injection points for {@linkcode main}; every one defaults to the real thing. */
@@ -319,9 +320,12 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
+  // One cap over every server: a flood of one cannot take the descriptors the others need.
+  const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({
     hostname: options.serviceHealthHostname ?? "0.0.0.0",
     health,
+    connections,
   });
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
   const history = new SyncHistory();
@@ -368,6 +372,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         health,
         metrics,
         signal,
+        connections,
       });
     }
     if (config.metricsBindAddress !== "") {
@@ -377,6 +382,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         health,
         metrics,
         signal,
+        connections,
         routes: {
           "/statusz": statusHandler(() => ({
             version: VERSION,

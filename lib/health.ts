@@ -7,6 +7,7 @@
 
 import { getLogger } from "@logtape/logtape";
 import { type Clock, systemClock } from "./clock.ts";
+import { ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { IpFamily } from "./model.ts";
 
@@ -163,19 +164,25 @@ export interface HealthServerOptions extends HealthRequestOptions {
   address: string;
   /** Stops the server. */
   signal?: AbortSignal;
+  /** Shared with kproxy's other servers. @default a limit of its own */
+  connections?: ConnectionLimit;
 }
 
 /**
- * Serves `/healthz` and `/livez` on `address`.
+ * Serves `/healthz` and `/livez` on `address`, within the limits of
+ * {@linkcode serveHttp} (the address is reachable from the network).
  *
  * @returns the running server; `server.addr` has the bound port
  */
-export function startHealthServer(options: HealthServerOptions): Deno.HttpServer<Deno.NetAddr> {
+export function startHealthServer(options: HealthServerOptions): HttpServer {
   const { hostname, port } = parseBindAddress(options.address);
-  return Deno.serve(
-    { hostname, port, signal: options.signal, onListen: () => {} },
-    (request) => handleHealthRequest(request, options),
-  );
+  return serveHttp({
+    hostname,
+    port,
+    signal: options.signal,
+    connections: options.connections,
+    handler: (request) => handleHealthRequest(request, options),
+  });
 }
 
 /** What a health-check node port reports for one service. */
@@ -192,6 +199,8 @@ export interface ServiceHealthServersOptions {
   hostname?: string;
   /** When given, a service reports 503 while the proxy itself is unhealthy. */
   health?: ProxyHealth;
+  /** Shared with kproxy's other servers. @default one limit for these servers */
+  connections?: ConnectionLimit;
 }
 
 /**
@@ -203,12 +212,14 @@ export interface ServiceHealthServersOptions {
 export class ServiceHealthServers {
   readonly #hostname: string;
   readonly #health?: ProxyHealth;
-  readonly #servers = new Map<number, Deno.HttpServer<Deno.NetAddr>>();
+  readonly #connections: ConnectionLimit;
+  readonly #servers = new Map<number, HttpServer>();
   #services = new Map<number, ServiceHealthInfo>();
 
   constructor(options: ServiceHealthServersOptions = {}) {
     this.#hostname = options.hostname ?? "0.0.0.0";
     this.#health = options.health;
+    this.#connections = options.connections ?? new ConnectionLimit();
   }
 
   /** Ports with a listening server, sorted. */
@@ -235,10 +246,12 @@ export class ServiceHealthServers {
       try {
         this.#servers.set(
           port,
-          Deno.serve(
-            { hostname: this.#hostname, port, onListen: () => {} },
-            () => this.#answer(port),
-          ),
+          serveHttp({
+            hostname: this.#hostname,
+            port,
+            connections: this.#connections,
+            handler: () => this.#answer(port),
+          }),
         );
       } catch (error) {
         logger.error(

@@ -1,0 +1,119 @@
+/**
+ * Connection exhaustion (issue 19): idle, half-sent and keep-alive
+ * connections to the health server (reachable from the network) and the
+ * metrics server must neither exhaust kproxy's descriptors nor stop it
+ * answering probes or syncing. kproxy runs as `deno run main.ts` under a
+ * lowered descriptor limit, in the node namespace; the floods come from the
+ * client namespace (:10256) and from the node itself (127.0.0.1:10249).
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  ADDRESSES,
+  type ApiObject,
+  assertServedBy,
+  ConnectionFlood,
+  createFaultTopology,
+  faultsSkipReason,
+  httpStatus,
+  KproxyProcess,
+  manifestText,
+  nodeObject,
+  type Pod,
+  serviceObject,
+  sliceObject,
+  waitFor,
+} from "./harness.ts";
+
+const skipReason = await faultsSkipReason(["nft", "curl", "prlimit"]);
+
+const WEB_IP = "10.96.0.10";
+const MAX_OPEN_FILES = 256;
+
+function manifests(endpoint: Pod): ApiObject[] {
+  return [
+    nodeObject(),
+    serviceObject({ name: "web", clusterIP: WEB_IP }),
+    sliceObject("web", [endpoint.ipv4]),
+  ];
+}
+
+Deno.test({
+  name:
+    `main.ts with ${MAX_OPEN_FILES} descriptors survives idle, half-header and keep-alive floods: probes answer within 1 s, syncs go on`,
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const topology = await createFaultTopology("x", { localPods: 2 });
+    const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    const floods: ConnectionFlood[] = [];
+    let process: KproxyProcess | undefined;
+    try {
+      const [a1, a2] = topology.localPods as [Pod, Pod];
+      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a1)));
+      process = new KproxyProcess({
+        namespace: topology.node,
+        args: [`--manifests=${dir}`],
+        maxOpenFiles: MAX_OPEN_FILES,
+      });
+      await process.waitForLine(/Programmed the initial nftables rules/);
+      await assertServedBy(topology, WEB_IP, 80, [a1]);
+
+      floods.push(
+        ConnectionFlood.start({
+          namespace: topology.client,
+          host: ADDRESSES.nodeV4,
+          port: 10256,
+          connections: 2 * MAX_OPEN_FILES,
+        }),
+        ConnectionFlood.start({
+          namespace: topology.node,
+          host: "127.0.0.1",
+          port: 10249,
+          connections: MAX_OPEN_FILES,
+        }),
+      );
+      await Promise.all(floods.map((flood) => flood.ready));
+
+      const state = async () =>
+        `kproxy ${await process!.running() ? "runs" : "exited"}; its last lines:\n${
+          process!.lines.slice(-5).join("\n")
+        }`;
+      for (let i = 0; i < 5; i++) {
+        const healthz = `http://${ADDRESSES.nodeV4}:10256/healthz`;
+        const metrics = "http://127.0.0.1:10249/metrics";
+        const answers = [
+          await httpStatus(topology.client, healthz, { maxTimeSeconds: 1 }),
+          await httpStatus(topology.node, metrics, { maxTimeSeconds: 1 }),
+        ];
+        assert.deepEqual(answers, [200, 200], await state());
+      }
+
+      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a2)));
+      await waitFor("the changed endpoint in the kernel", async () => {
+        const replies = await topology.requests(topology.client, [
+          { protocol: "TCP", ip: WEB_IP, port: 80, timeoutMs: 1000 },
+        ]);
+        return replies[0]?.ok === true && replies[0].pod === a2.name;
+      }, 20_000);
+      assert.ok(await process.running(), await state());
+
+      const [health, metrics] = await Promise.all(floods.map((flood) => flood.stop()));
+      console.log(`flood of :10256: ${JSON.stringify(health)}`);
+      console.log(`flood of :10249: ${JSON.stringify(metrics)}`);
+      assert.ok(
+        health!.opened >= 2 * MAX_OPEN_FILES,
+        "the flood opened fewer connections than asked",
+      );
+      assert.equal((await process.kill("SIGTERM")).code, 0, "SIGTERM exit status");
+    } finally {
+      for (const flood of floods) await flood.kill();
+      await process?.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+      await topology.destroy();
+    }
+  },
+});
