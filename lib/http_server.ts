@@ -50,6 +50,9 @@ export const DEFAULT_HTTP_LIMITS: Readonly<HttpLimits> = Object.freeze({
   maxBodyBytes: 16 * 1024,
 });
 
+/** Connections closed to make room that may still hold their socket (see {@linkcode ConnectionLimit}). */
+export const CLOSING_SLACK = 32;
+
 /** A connection as {@linkcode ConnectionLimit} sees it. */
 export interface LimitedConnection {
   close(): void;
@@ -69,13 +72,20 @@ export interface ConnectionLimitOptions {
 /**
  * The connections of one or more servers, at most `maxConnections` open. A
  * connection is either waiting for a request (new, kept alive, or with half
- * a request head) or busy with one.
+ * a request head) or busy with one. It counts from {@linkcode admit} until
+ * its server calls {@linkcode release} once the socket is gone: Deno frees a
+ * socket with a read in flight only on the next turn of the event loop, and
+ * accepts queued connections without one, so servers wait for
+ * {@linkcode settled} before accepting, or a burst of connections would
+ * pile up closed-but-held descriptors. Up to {@linkcode CLOSING_SLACK} closed
+ * ones may wait for that turn, so a burst is accepted in batches.
  */
 export class ConnectionLimit {
   readonly #max: number;
   readonly #open = new Set<LimitedConnection>();
   /** In the order they started waiting. */
   readonly #waiting = new Set<LimitedConnection>();
+  #settledWaiters: (() => void)[] = [];
 
   constructor(options: ConnectionLimitOptions = {}) {
     const max = options.maxConnections ?? 128;
@@ -85,7 +95,7 @@ export class ConnectionLimit {
     this.#max = max;
   }
 
-  /** Connections open now. */
+  /** Connections admitted and not released yet. */
   get open(): number {
     return this.#open.size;
   }
@@ -99,12 +109,18 @@ export class ConnectionLimit {
     if (this.#open.size >= this.#max) {
       const oldest: LimitedConnection | undefined = this.#waiting.values().next().value;
       if (oldest === undefined) return false;
-      this.release(oldest);
+      this.#waiting.delete(oldest);
       oldest.close();
     }
     this.#open.add(connection);
     this.#waiting.add(connection);
     return true;
+  }
+
+  /** Resolves once no more than the cap and {@linkcode CLOSING_SLACK} are open. */
+  settled(): Promise<void> {
+    if (this.#open.size < this.#max + CLOSING_SLACK) return Promise.resolve();
+    return new Promise((resolve) => this.#settledWaiters.push(resolve));
   }
 
   /** Marks an admitted connection as waiting for its next request, from now. */
@@ -119,10 +135,14 @@ export class ConnectionLimit {
     this.#waiting.delete(connection);
   }
 
-  /** Forgets a connection that was closed. */
+  /** Forgets a connection whose socket is gone. */
   release(connection: LimitedConnection): void {
     this.#open.delete(connection);
     this.#waiting.delete(connection);
+    if (this.#open.size >= this.#max + CLOSING_SLACK) return;
+    const waiters = this.#settledWaiters;
+    this.#settledWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 }
 
@@ -368,6 +388,8 @@ export class HttpServer {
     while (!this.#stopped) {
       let conn: Deno.TcpConn;
       try {
+        await this.#connections.settled();
+        if (this.#stopped) break;
         conn = await this.#listener.accept();
       } catch (error) {
         if (this.#stopped) break;

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import FakeTimers from "@sinonjs/fake-timers";
 import {
+  CLOSING_SLACK,
   ConnectionLimit,
   type HttpLimits,
   HttpServer,
@@ -132,6 +133,8 @@ Deno.test("ConnectionLimit closes the connection waiting longest to admit a new 
   limit.waiting(b!); // b starts waiting again, after c
   assert.equal(limit.admit(d!), true);
   assert.deepEqual(closed, ["c"]);
+  assert.equal(limit.open, 4, "c counts until its socket is released");
+  limit.release(c!);
   limit.busy(b!);
   limit.busy(d!);
   assert.equal(limit.admit(e!), false, "every open connection is busy");
@@ -139,6 +142,18 @@ Deno.test("ConnectionLimit closes the connection waiting longest to admit a new 
   assert.equal(limit.admit(e!), true);
   assert.equal(limit.open, 3);
   assert.throws(() => new ConnectionLimit({ maxConnections: 0 }), RangeError);
+});
+
+Deno.test("ConnectionLimit.settled() waits while too many closed sockets are not freed yet", async () => {
+  const limit = new ConnectionLimit({ maxConnections: 1 });
+  const connections = Array.from({ length: CLOSING_SLACK + 1 }, () => ({ close() {} }));
+  for (const connection of connections) assert.equal(limit.admit(connection), true);
+  let settled = false;
+  const settling = limit.settled().then(() => settled = true);
+  await Promise.resolve();
+  assert.equal(settled, false);
+  limit.release(connections[0]!);
+  await settling;
 });
 
 Deno.test("HttpServer answers GET and HEAD, pipelined requests, and closes HTTP/1.0", async () => {
