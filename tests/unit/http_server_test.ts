@@ -209,7 +209,7 @@ Deno.test("HttpServer closes a connection whose request head does not arrive in 
 
 Deno.test("HttpServer closes a kept-alive connection after the idle timeout", async () => {
   const { clock, server } = fakeTimeServer({
-    limits: { readHeaderTimeoutMs: 5_000, idleTimeoutMs: 10_000 },
+    limits: { readHeaderTimeoutMs: 5_000, idleTimeoutMs: 10_000, writeTimeoutMs: 60_000 },
   });
   const client = await RawClient.connect(server);
   try {
@@ -322,6 +322,38 @@ Deno.test("HttpServer retries failed accepts after 5 ms, doubling to 1 s, and se
     assert.equal((await client.response()).body, "GET /after");
     client.close();
   } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("HttpServer closes a connection that does not read its answer within the write timeout", async () => {
+  const clock = FakeTimers.createClock(Date.UTC(2026, 0, 1));
+  const connections = new ConnectionLimit({ maxConnections: 1 });
+  const big = "x".repeat(64 * 1024 * 1024);
+  const server = serveHttp({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (request) =>
+      new URL(request.url).pathname === "/big" ? new Response(big) : echo(request),
+    connections,
+    clock: fakeClock(clock),
+    limits: { readHeaderTimeoutMs: 60_000, writeTimeoutMs: 10_000 },
+  });
+  const slow = await RawClient.connect(server);
+  try {
+    await slow.send("GET /big HTTP/1.1\r\n\r\n");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const refused = await RawClient.connect(server);
+    assert.equal(await refused.closed(), true, "a busy connection is not closed to make room");
+    refused.close();
+    await clock.tickAsync(10_000);
+    while (connections.open > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    const next = await RawClient.connect(server);
+    await next.send("GET /next HTTP/1.1\r\n\r\n");
+    assert.equal((await next.response()).body, "GET /next");
+    next.close();
+  } finally {
+    slow.close();
     await server.shutdown();
   }
 });
