@@ -142,6 +142,11 @@ Deno.test({
         health!.opened >= 2 * MAX_OPEN_FILES,
         "the flood opened fewer connections than asked",
       );
+      assert.deepEqual(
+        process.lines.filter((line) => /Too many open files/.test(line)),
+        [],
+        "kproxy ran out of descriptors",
+      );
       assert.equal((await process.kill("SIGTERM")).code, 0, "SIGTERM exit status");
     } finally {
       for (const flood of floods) await flood.kill();
@@ -212,6 +217,11 @@ Deno.test({
           `${traffic.failures.length} failed; ${probes.length} probes; change applied at ${changedAt} ms`,
       );
       assert.ok(await process.running(), "kproxy exited");
+      assert.deepEqual(
+        process.lines.filter((line) => /Too many open files/.test(line)),
+        [],
+        "kproxy ran out of descriptors",
+      );
       assert.ok(stats.opened >= SOAK_CONNECTIONS, "the flood opened fewer connections than asked");
       assert.deepEqual(probes.filter((status) => status !== 200), [], "probes that failed");
       assert.deepEqual(traffic.failures, [], "requests to the service that failed");
