@@ -7,8 +7,8 @@
  * limit, and its accept loop throws on EMFILE, which ends the process
  * (denoland/deno#10148; a keep-alive timeout is only proposed, #34172). The
  * health port is reachable from the network by design, so this server
- * bounds what a client can hold, as Go's http.Server does for kube-proxy
- * and beyond it:
+ * bounds what a client can hold, as a Go `http.Server` with
+ * `ReadHeaderTimeout`, `IdleTimeout` and a connection limit would:
  *
  * - a request head must arrive within `readHeaderTimeoutMs` of the
  *   connection (or of its first byte on a kept-alive connection), and be at
