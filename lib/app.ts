@@ -20,8 +20,10 @@ import {
 } from "./config.ts";
 import type { Config, ProxyMode } from "./config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
+import { systemClock } from "./clock.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
+import { ConnectionLimit, type HttpServer } from "./http_server.ts";
 import { setupLogging } from "./log.ts";
 import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
 import { MODE_PROGRAMS } from "./permissions.ts";
@@ -56,8 +58,8 @@ export interface RunningApp {
   health: ProxyHealth;
   metrics: ProxyMetrics;
   serviceHealth: ServiceHealthServers;
-  healthServer?: Deno.HttpServer<Deno.NetAddr>;
-  metricsServer?: Deno.HttpServer<Deno.NetAddr>;
+  healthServer?: HttpServer;
+  metricsServer?: HttpServer;
 }
 
 /** Injection points for {@linkcode main}; every one defaults to the real thing. */
@@ -318,13 +320,16 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
+  // One cap over every server: a flood of one cannot take the descriptors the others need.
+  const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({
     hostname: options.serviceHealthHostname ?? "0.0.0.0",
     health,
+    connections,
   });
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
   const history = new SyncHistory();
-  const startedAt = Date.now();
+  const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
   const flushConntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack");
   const proxier = new Proxier({
     backend,
@@ -367,6 +372,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         health,
         metrics,
         signal,
+        connections,
       });
     }
     if (config.metricsBindAddress !== "") {
@@ -376,14 +382,16 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         health,
         metrics,
         signal,
+        connections,
         routes: {
           "/statusz": statusHandler(() => ({
             version: VERSION,
             mode: backend.mode,
             node: config.hostnameOverride,
-            startedAt,
-            now: Date.now(),
-            healthy: health.status(Date.now()).healthy,
+            startedAt: startedAt.wall,
+            now: systemClock.wallNow(),
+            uptimeMs: systemClock.now() - startedAt.monotonic,
+            healthy: health.status().healthy,
             families: countPlans(proxier.lastSynced),
             syncs: history.entries(),
             totalSyncs: history.total,

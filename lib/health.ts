@@ -6,7 +6,10 @@
  */
 
 import { getLogger } from "@logtape/logtape";
+import { type Clock, systemClock } from "./clock.ts";
+import { ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
 import type { ProxyMetrics } from "./metrics.ts";
+import type { IpFamily } from "./model.ts";
 
 const logger = getLogger(["kproxy", "health"]);
 
@@ -16,40 +19,54 @@ export interface ProxyHealthStatus {
   healthy: boolean;
   /** True unless this node is being deleted. */
   nodeEligible: boolean;
-  /** ISO time of the last successful sync, "" before the first. */
-  lastUpdated: string;
-  /** ISO time of the check. */
-  currentTime: string;
+  /** Wall time (ms since the epoch) of the last successful sync, or of the start before one. */
+  lastUpdated: number;
+  /** Wall time of the check. */
+  currentTime: number;
+  /** Each IP family kproxy programs; all of them are synced together, so they agree. */
+  families: { family: IpFamily; lastUpdated: number; healthy: boolean }[];
 }
 
 /** Options for {@linkcode ProxyHealth}. */
 export interface ProxyHealthOptions {
   /** How long a queued update may stay unapplied before the proxy is unhealthy: 2 × syncPeriod. */
   healthTimeoutMs: number;
+  /** The families reported in `/healthz`'s `status`. @default {["IPv4", "IPv6"]} */
+  families?: readonly IpFamily[];
+  /** Monotonic time for the timeout, wall time for the reported times. @default {systemClock} */
+  clock?: Pick<Clock, "now" | "wallNow">;
 }
 
 /**
  * The queued-versus-updated health model of upstream's proxy_health.go: the
  * proxy is healthy unless a queued update has waited longer than the timeout.
+ * As upstream, the start counts as the first update.
  */
 export class ProxyHealth {
   readonly #healthTimeoutMs: number;
+  readonly #families: readonly IpFamily[];
+  readonly #clock: Pick<Clock, "now" | "wallNow">;
+  /** Monotonic time of the oldest update not applied yet. */
   #oldestPendingAt?: number;
-  #lastUpdatedAt?: number;
+  /** Wall time of the last successful sync. */
+  #lastUpdatedAt: number;
   #nodeDeleting = false;
 
   constructor(options: ProxyHealthOptions) {
     this.#healthTimeoutMs = options.healthTimeoutMs;
+    this.#families = options.families ?? ["IPv4", "IPv6"];
+    this.#clock = options.clock ?? systemClock;
+    this.#lastUpdatedAt = this.#clock.wallNow();
   }
 
   /** Records that a change is waiting to be applied (keeps the oldest such time). */
-  queuedUpdate(now: number): void {
-    this.#oldestPendingAt ??= now;
+  queuedUpdate(): void {
+    this.#oldestPendingAt ??= this.#clock.now();
   }
 
   /** Records a successful sync: nothing is pending any more. */
-  updated(now: number): void {
-    this.#lastUpdatedAt = now;
+  updated(): void {
+    this.#lastUpdatedAt = this.#clock.wallNow();
     this.#oldestPendingAt = undefined;
   }
 
@@ -58,17 +75,17 @@ export class ProxyHealth {
     this.#nodeDeleting = deleting;
   }
 
-  /** Health at `now` (ms since the epoch). */
-  status(now: number): ProxyHealthStatus {
+  /** Health now. */
+  status(): ProxyHealthStatus {
     const healthy = this.#oldestPendingAt === undefined ||
-      now - this.#oldestPendingAt < this.#healthTimeoutMs;
+      this.#clock.now() - this.#oldestPendingAt < this.#healthTimeoutMs;
+    const lastUpdated = this.#lastUpdatedAt;
     return {
       healthy,
       nodeEligible: !this.#nodeDeleting,
-      lastUpdated: this.#lastUpdatedAt === undefined
-        ? ""
-        : new Date(this.#lastUpdatedAt).toISOString(),
-      currentTime: new Date(now).toISOString(),
+      lastUpdated,
+      currentTime: this.#clock.wallNow(),
+      families: this.#families.map((family) => ({ family, lastUpdated, healthy })),
     };
   }
 }
@@ -89,36 +106,56 @@ const JSON_HEADERS = { "content-type": "application/json", "x-content-type-optio
 export interface HealthRequestOptions {
   health: ProxyHealth;
   metrics?: ProxyMetrics;
-  /** @default {Date.now} */
-  now?: () => number;
+}
+
+/**
+ * Formats wall time as Go's `time.Time` marshals to JSON: RFC 3339 in UTC,
+ * the fraction without trailing zeros (`2026-01-01T00:00:01.5Z`).
+ */
+export function formatGoTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.?0*Z$/, "Z");
+}
+
+/**
+ * The body of `/healthz` (with `nodeEligible`) and `/livez` (without), as
+ * kube-proxy 1.36 writes it: while healthy, `lastUpdated` is the current time.
+ */
+function healthBody(status: ProxyHealthStatus, options: { nodeEligible: boolean }): string {
+  const statusByFamily: Record<string, { lastUpdated: string; healthy: boolean }> = {};
+  for (const family of [...status.families].sort((a, b) => a.family < b.family ? -1 : 1)) {
+    statusByFamily[family.family] = {
+      lastUpdated: formatGoTime(family.lastUpdated),
+      healthy: family.healthy,
+    };
+  }
+  return JSON.stringify({
+    lastUpdated: formatGoTime(status.healthy ? status.currentTime : status.lastUpdated),
+    currentTime: formatGoTime(status.currentTime),
+    ...(options.nodeEligible ? { nodeEligible: status.nodeEligible } : {}),
+    healthy: status.healthy,
+    status: statusByFamily,
+  });
 }
 
 /**
  * Answers `/healthz` (503 when unhealthy or the node is being deleted) and
- * `/livez` (503 only when unhealthy), counting the codes in the metrics.
+ * `/livez` (503 only when unhealthy) with kube-proxy's body and headers,
+ * counting the codes in the metrics.
  */
 export function handleHealthRequest(request: Request, options: HealthRequestOptions): Response {
   const { pathname } = new URL(request.url);
-  const status = options.health.status((options.now ?? Date.now)());
-  if (pathname === "/healthz") {
-    const ok = status.healthy && status.nodeEligible;
-    options.metrics?.proxyHealthzTotal.inc({ code: ok ? "200" : "503" });
-    const body = {
-      lastUpdated: status.lastUpdated,
-      currentTime: status.currentTime,
-      nodeEligible: status.nodeEligible,
-    };
-    return new Response(JSON.stringify(body), { status: ok ? 200 : 503, headers: JSON_HEADERS });
+  if (pathname !== "/healthz" && pathname !== "/livez") {
+    return new Response("404 page not found\n", { status: 404 });
   }
-  if (pathname === "/livez") {
-    options.metrics?.proxyLivezTotal.inc({ code: status.healthy ? "200" : "503" });
-    const body = { lastUpdated: status.lastUpdated, currentTime: status.currentTime };
-    return new Response(JSON.stringify(body), {
-      status: status.healthy ? 200 : 503,
-      headers: JSON_HEADERS,
-    });
-  }
-  return new Response("404 page not found\n", { status: 404 });
+  const status = options.health.status();
+  const healthz = pathname === "/healthz";
+  const ok = status.healthy && (!healthz || status.nodeEligible);
+  const counter = healthz ? options.metrics?.proxyHealthzTotal : options.metrics?.proxyLivezTotal;
+  counter?.inc({ code: ok ? "200" : "503" });
+  return new Response(healthBody(status, { nodeEligible: healthz }), {
+    status: ok ? 200 : 503,
+    headers: JSON_HEADERS,
+  });
 }
 
 /** Options for {@linkcode startHealthServer}. */
@@ -127,19 +164,25 @@ export interface HealthServerOptions extends HealthRequestOptions {
   address: string;
   /** Stops the server. */
   signal?: AbortSignal;
+  /** Shared with kproxy's other servers. @default a limit of its own */
+  connections?: ConnectionLimit;
 }
 
 /**
- * Serves `/healthz` and `/livez` on `address`.
+ * Serves `/healthz` and `/livez` on `address`, within the limits of
+ * {@linkcode serveHttp} (the address is reachable from the network).
  *
  * @returns the running server; `server.addr` has the bound port
  */
-export function startHealthServer(options: HealthServerOptions): Deno.HttpServer<Deno.NetAddr> {
+export function startHealthServer(options: HealthServerOptions): HttpServer {
   const { hostname, port } = parseBindAddress(options.address);
-  return Deno.serve(
-    { hostname, port, signal: options.signal, onListen: () => {} },
-    (request) => handleHealthRequest(request, options),
-  );
+  return serveHttp({
+    hostname,
+    port,
+    signal: options.signal,
+    connections: options.connections,
+    handler: (request) => handleHealthRequest(request, options),
+  });
 }
 
 /** What a health-check node port reports for one service. */
@@ -156,8 +199,8 @@ export interface ServiceHealthServersOptions {
   hostname?: string;
   /** When given, a service reports 503 while the proxy itself is unhealthy. */
   health?: ProxyHealth;
-  /** @default {Date.now} */
-  now?: () => number;
+  /** Shared with kproxy's other servers. @default one limit for these servers */
+  connections?: ConnectionLimit;
 }
 
 /**
@@ -169,14 +212,14 @@ export interface ServiceHealthServersOptions {
 export class ServiceHealthServers {
   readonly #hostname: string;
   readonly #health?: ProxyHealth;
-  readonly #now: () => number;
-  readonly #servers = new Map<number, Deno.HttpServer<Deno.NetAddr>>();
+  readonly #connections: ConnectionLimit;
+  readonly #servers = new Map<number, HttpServer>();
   #services = new Map<number, ServiceHealthInfo>();
 
   constructor(options: ServiceHealthServersOptions = {}) {
     this.#hostname = options.hostname ?? "0.0.0.0";
     this.#health = options.health;
-    this.#now = options.now ?? Date.now;
+    this.#connections = options.connections ?? new ConnectionLimit();
   }
 
   /** Ports with a listening server, sorted. */
@@ -203,10 +246,12 @@ export class ServiceHealthServers {
       try {
         this.#servers.set(
           port,
-          Deno.serve(
-            { hostname: this.#hostname, port, onListen: () => {} },
-            () => this.#answer(port),
-          ),
+          serveHttp({
+            hostname: this.#hostname,
+            port,
+            connections: this.#connections,
+            handler: () => this.#answer(port),
+          }),
         );
       } catch (error) {
         logger.error(
@@ -225,7 +270,7 @@ export class ServiceHealthServers {
   #answer(port: number): Response {
     const info = this.#services.get(port);
     if (!info) return new Response("404 page not found\n", { status: 404 });
-    const proxyHealthy = this.#health?.status(this.#now()).healthy ?? true;
+    const proxyHealthy = this.#health?.status().healthy ?? true;
     const body = {
       service: { namespace: info.namespace, name: info.name },
       localEndpoints: info.localEndpoints,

@@ -6,6 +6,7 @@
  */
 
 import { handleHealthRequest, parseBindAddress, type ProxyHealth } from "./health.ts";
+import { type ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
 
 /** Label names to values. */
 export type Labels = Record<string, string>;
@@ -400,27 +401,37 @@ export interface MetricsServerOptions {
   signal?: AbortSignal;
   /** More read-only pages by path, e.g. `/statusz`. */
   routes?: Record<string, (request: Request) => Response>;
+  /** Shared with kproxy's other servers. @default a limit of its own */
+  connections?: ConnectionLimit;
 }
 
 /**
- * Serves `/metrics` (and `/healthz`, `/livez` when `health` is given).
+ * Serves `/metrics` (and `/healthz`, `/livez` when `health` is given) within
+ * the limits of {@linkcode serveHttp}.
  *
  * @returns the running server; `server.addr` has the bound port
  */
-export function startMetricsServer(options: MetricsServerOptions): Deno.HttpServer<Deno.NetAddr> {
+export function startMetricsServer(options: MetricsServerOptions): HttpServer {
   const { hostname, port } = parseBindAddress(options.address);
-  return Deno.serve({ hostname, port, signal: options.signal, onListen: () => {} }, (request) => {
-    const { pathname } = new URL(request.url);
-    if (pathname === "/metrics") {
-      return new Response(options.registry.expose(), {
-        headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
-      });
-    }
-    if (options.health && (pathname === "/healthz" || pathname === "/livez")) {
-      return handleHealthRequest(request, { health: options.health, metrics: options.metrics });
-    }
-    const extra = options.routes?.[pathname];
-    if (extra) return extra(request);
-    return new Response("404 page not found\n", { status: 404 });
+  const { signal, connections } = options;
+  return serveHttp({
+    hostname,
+    port,
+    signal,
+    connections,
+    handler: (request) => {
+      const { pathname } = new URL(request.url);
+      if (pathname === "/metrics") {
+        return new Response(options.registry.expose(), {
+          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+        });
+      }
+      if (options.health && (pathname === "/healthz" || pathname === "/livez")) {
+        return handleHealthRequest(request, { health: options.health, metrics: options.metrics });
+      }
+      const extra = options.routes?.[pathname];
+      if (extra) return extra(request);
+      return new Response("404 page not found\n", { status: 404 });
+    },
   });
 }

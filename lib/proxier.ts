@@ -8,6 +8,7 @@
 
 import { getLogger } from "@logtape/logtape";
 import type { Backend, SyncResult } from "../backends/backend.ts";
+import { type Clock, systemClock } from "./clock.ts";
 import type { ServiceHealthInfo } from "./health.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
@@ -67,8 +68,9 @@ export interface ProxierOptions {
   serviceHealth?: ServiceHealthSink;
   /** @default {["ipv4", "ipv6"]} */
   families?: readonly PlanFamily[];
-  /** @default {{ now: Date.now }} */
-  clock?: { now(): number };
+  /** Monotonic time for periods and durations (the tracker's change times too), wall time for
+   * timestamps. @default {systemClock} */
+  clock?: Pick<Clock, "now" | "wallNow">;
   /** Receives every sync attempt, for the status page. */
   history?: SyncHistory;
 }
@@ -97,7 +99,7 @@ export class Proxier {
   readonly #serviceHealth?: ServiceHealthSink;
   readonly #afterSync?: (sync: AppliedSync) => Promise<void>;
   readonly #families: readonly PlanFamily[];
-  readonly #clock: { now(): number };
+  readonly #clock: Pick<Clock, "now" | "wallNow">;
   readonly #history?: SyncHistory;
   #driftRepairs = 0;
   #planned?: NodePlans;
@@ -120,12 +122,12 @@ export class Proxier {
     this.#serviceHealth = options.serviceHealth;
     this.#afterSync = options.afterSync;
     this.#families = options.families ?? ["ipv4", "ipv6"];
-    this.#clock = options.clock ?? { now: Date.now };
+    this.#clock = options.clock ?? systemClock;
     this.#history = options.history;
     this.#lastDriftCheckAt = this.#clock.now();
     // The initial sync is pending from the start: a proxy that never gets a
     // complete list turns unhealthy after the health timeout.
-    this.#health.queuedUpdate(this.#clock.now());
+    this.#health.queuedUpdate();
   }
 
   /** Full resyncs forced by drift since start. */
@@ -153,9 +155,9 @@ export class Proxier {
         this.#metrics.serviceChangesPending.inc();
         this.#metrics.serviceChangesTotal.inc();
       }
-      this.#metrics.lastQueuedTimestamp.set(now / 1000);
+      this.#metrics.lastQueuedTimestamp.set(this.#clock.wallNow() / 1000);
     }
-    this.#health.queuedUpdate(now);
+    this.#health.queuedUpdate();
     // Before the initial list is complete a sync would only wait, and would
     // delay the first real one by the runner's minimum interval.
     if (this.#tracker.synced) this.#requestSync();
@@ -173,6 +175,7 @@ export class Proxier {
       return { kind: "waiting" };
     }
     const startedAt = this.#clock.now();
+    const startedAtWall = this.#clock.wallNow();
     const change = this.#tracker.drain();
     this.#metrics.endpointChangesPending.set(0);
     this.#metrics.serviceChangesPending.set(0);
@@ -209,7 +212,7 @@ export class Proxier {
     });
 
     if (!full && changed.size === 0) {
-      this.#health.updated(this.#clock.now());
+      this.#health.updated();
       return { kind: "unchanged" };
     }
 
@@ -221,7 +224,7 @@ export class Proxier {
       this.#pendingChangeAt = oldestChangeAt;
       this.#metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
       this.#history?.record({
-        at: startedAt,
+        at: startedAtWall,
         full,
         durationMs: this.#clock.now() - startedAt,
         changed: changed.size,
@@ -245,9 +248,9 @@ export class Proxier {
       this.#lastFullAt = startedAt;
       this.#lastDriftCheckAt = startedAt;
     }
-    this.#health.updated(finishedAt);
+    this.#health.updated();
     this.#history?.record({
-      at: startedAt,
+      at: startedAtWall,
       full: result.full,
       durationMs: finishedAt - startedAt,
       changed: changed.size,
@@ -335,7 +338,7 @@ export class Proxier {
     metrics.syncProxyRulesDuration.observe(seconds);
     (sync.result.full ? metrics.syncFullProxyRulesDuration : metrics.syncPartialProxyRulesDuration)
       .observe(seconds);
-    metrics.syncProxyRulesLastTimestamp.set(sync.finishedAt / 1000);
+    metrics.syncProxyRulesLastTimestamp.set(this.#clock.wallNow() / 1000);
     if (sync.oldestChangeAt !== undefined) {
       metrics.networkProgrammingDuration.observe(
         Math.max(0, sync.finishedAt - sync.oldestChangeAt) / 1000,

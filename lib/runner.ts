@@ -7,23 +7,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
+import { type Clock, systemClock } from "./clock.ts";
 
 const logger = getLogger(["kproxy", "runner"]);
-
-/** The timer functions the runner uses; inject a fake one in tests. */
-export interface Clock {
-  /** Milliseconds since the epoch. */
-  now(): number;
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(id: unknown): void;
-}
-
-/** The real clock. */
-export const systemClock: Clock = {
-  now: () => Date.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (id) => clearTimeout(id as number),
-};
 
 /** Options for {@linkcode BoundedFrequencyRunner}. */
 export interface BoundedFrequencyRunnerOptions {
@@ -37,8 +23,8 @@ export interface BoundedFrequencyRunnerOptions {
   maxIntervalMs: number;
   /** Delay before the first retry after a failure; doubles per failure up to `maxIntervalMs`. */
   retryIntervalMs: number;
-  /** @default {systemClock} */
-  clock?: Clock;
+  /** Monotonic time and timers. @default {systemClock} */
+  clock?: Pick<Clock, "now" | "setTimeout" | "clearTimeout">;
 }
 
 /**
@@ -59,7 +45,7 @@ export class BoundedFrequencyRunner {
   readonly #minIntervalMs: number;
   readonly #maxIntervalMs: number;
   readonly #retryIntervalMs: number;
-  readonly #clock: Clock;
+  readonly #clock: Pick<Clock, "now" | "setTimeout" | "clearTimeout">;
   #pending = false;
   #lastRunAt?: number;
   #retryAt?: number;

@@ -25,7 +25,7 @@ export interface StateChange {
   /** Pending counts since last drain, for metrics. */
   serviceChanges: number;
   endpointChanges: number;
-  /** Earliest time (ms since epoch) a change drained now was observed, for
+  /** Earliest time (the tracker's monotonic clock) a change drained now was observed, for
    * network_programming_duration; undefined when nothing changed. */
   oldestChangeAt?: number;
 }

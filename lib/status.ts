@@ -123,6 +123,8 @@ export interface StatusSnapshot {
   startedAt: number;
   /** ms since the epoch, when the snapshot was taken. */
   now: number;
+  /** Time since start, from the monotonic clock (wall time can step). */
+  uptimeMs: number;
   healthy: boolean;
   /** Per family; undefined before the first successful sync. */
   families?: { ipv4: FamilyCounts; ipv6: FamilyCounts };
@@ -243,7 +245,7 @@ export function statusJson(s: StatusSnapshot): Record<string, unknown> {
     healthy: s.healthy,
     startedAt: iso(s.startedAt),
     now: iso(s.now),
-    uptimeSeconds: Math.max(0, Math.floor((s.now - s.startedAt) / 1000)),
+    uptimeSeconds: Math.max(0, Math.floor(s.uptimeMs / 1000)),
     families: s.families ?? null,
     totalSyncs: s.totalSyncs,
     failedSyncs: s.failedSyncs,
@@ -453,7 +455,7 @@ export function renderStatusHtml(s: StatusSnapshot): string {
   }">${e(iso(s.now))}</time></p>
 <ul class="facts">
 <li><b>Mode</b><span>${e(s.mode)}</span></li>
-<li><b>Uptime</b><span>${e(formatUptime(s.now - s.startedAt))}</span></li>
+<li><b>Uptime</b><span>${e(formatUptime(s.uptimeMs))}</span></li>
 <li><b>Last sync</b><span>${e(lastSync)}</span></li>
 <li><b>Syncs</b><span>${s.totalSyncs}</span></li>
 <li><b>Failed syncs</b><span>${s.failedSyncs}</span></li>

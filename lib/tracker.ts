@@ -13,6 +13,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
+import { type Clock, systemClock } from "./clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type { ClusterState, StateChange } from "./state.ts";
@@ -32,8 +33,8 @@ const logger = getLogger(["kproxy", "tracker"]);
 export interface TrackerOptions {
   /** The name of the node kproxy runs on. */
   nodeName: string;
-  /** Milliseconds since the epoch. @default {Date.now} */
-  clock?: () => number;
+  /** Monotonic time of changes, for the network programming latency. @default {systemClock} */
+  clock?: Pick<Clock, "now">;
 }
 
 /** Structural equality of JSON-like values (plain objects, arrays, primitives). */
@@ -131,7 +132,7 @@ const EMPTY_STATE: ClusterState = {
  */
 export class Tracker {
   readonly #nodeName: string;
-  readonly #clock: () => number;
+  readonly #clock: Pick<Clock, "now">;
   #synced = false;
 
   readonly #services = new CowMap<ServiceKey, Service>();
@@ -157,7 +158,7 @@ export class Tracker {
   /** Creates a tracker for the node named in `options`. */
   constructor(options: TrackerOptions) {
     this.#nodeName = options.nodeName;
-    this.#clock = options.clock ?? Date.now;
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** True once the source reported that every kind completed its initial list. */
@@ -262,7 +263,7 @@ export class Tracker {
   }
 
   #touchGlobal(): void {
-    this.#globalSince ??= this.#clock();
+    this.#globalSince ??= this.#clock.now();
     if (!this.#globalDiffersFrom(this.#drained)) this.#globalSince = undefined;
   }
 
@@ -294,7 +295,7 @@ export class Tracker {
   }
 
   #touch(key: ServiceKey): void {
-    if (!this.#pending.has(key)) this.#pending.set(key, this.#clock());
+    if (!this.#pending.has(key)) this.#pending.set(key, this.#clock.now());
     if (
       deepEqual(this.#drained.services.get(key), this.#services.get(key)) &&
       deepEqual(this.#drained.slicesByService.get(key), this.#slicesByService.get(key))
@@ -393,7 +394,7 @@ export class Tracker {
     for (const key of this.#topologyServices) {
       const slices = this.#slicesByService.get(key) ?? [];
       if (slices.some((slice) => slice.endpoints.some((ep) => ep.nodeName === nodeName))) {
-        if (!this.#nodeTouched.has(key)) this.#nodeTouched.set(key, this.#clock());
+        if (!this.#nodeTouched.has(key)) this.#nodeTouched.set(key, this.#clock.now());
       }
     }
   }

@@ -9,6 +9,7 @@
 
 import { getLogger } from "@logtape/logtape";
 import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import { type Clock, systemClock } from "../../lib/clock.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
@@ -46,8 +47,8 @@ export interface IpvsBackendOptions {
   config: Config;
   /** Families cleaned up by `cleanup()`. @default {["IPv4", "IPv6"]} */
   families?: IpFamily[];
-  /** Milliseconds since the epoch; injected for tests. @default {Date.now} */
-  clock?: () => number;
+  /** Monotonic time for the drain timeout. @default {systemClock} */
+  clock?: Pick<Clock, "now">;
   /** How long a removed TCP real server may drain before deletion. @default {900000} */
   drainTimeoutMs?: number;
 }
@@ -88,7 +89,7 @@ class IpvsBackend implements Backend {
   readonly #executor: Executor;
   readonly #config: Config;
   readonly #families: IpFamily[];
-  readonly #clock: () => number;
+  readonly #clock: Pick<Clock, "now">;
   readonly #drainTimeoutMs?: number;
   readonly #scheduler: string;
   readonly #state = new Map<IpFamily, FamilyState>();
@@ -99,7 +100,7 @@ class IpvsBackend implements Backend {
     this.#executor = options.executor;
     this.#config = options.config;
     this.#families = options.families ?? ["IPv4", "IPv6"];
-    this.#clock = options.clock ?? Date.now;
+    this.#clock = options.clock ?? systemClock;
     this.#drainTimeoutMs = options.drainTimeoutMs;
     this.#scheduler = validateScheduler(options.config.ipvs.scheduler);
   }
@@ -303,7 +304,7 @@ class IpvsBackend implements Backend {
   async #drain(family: IpFamily): Promise<number> {
     const state = this.#state.get(family);
     if (state === undefined) return 0;
-    const now = this.#clock();
+    const now = this.#clock.now();
     state.graceful.track(state.kernel, state.desired.virtualServers, now);
     if (state.graceful.pending === 0) return 0;
     const listing = await runChecked(this.#executor, { program: "ipvsadm", args: ["-Ln"] });

@@ -21,6 +21,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
+import { type Clock, systemClock } from "../../lib/clock.ts";
 import type { Executor } from "../../lib/exec.ts";
 import type { TableRef } from "./transaction.ts";
 
@@ -45,8 +46,8 @@ export interface SkeletonCheckOptions {
   budget?: number;
   /** A listing slower than this is not repeated before the next full sync. @default {1000} */
   maxCheckMs?: number;
-  /** @default {performance.now} */
-  now?: () => number;
+  /** Monotonic time that spaces the listings. @default {systemClock} */
+  clock?: Pick<Clock, "now">;
 }
 
 /**
@@ -103,7 +104,7 @@ export class SkeletonCheck {
   readonly #executor: Executor;
   readonly #budget: number;
   readonly #maxCheckMs: number;
-  readonly #now: () => number;
+  readonly #clock: Pick<Clock, "now">;
   readonly #baseline = new Map<string, string>();
   #nextAt = -Infinity;
   #msPerElement = DEFAULT_MS_PER_ELEMENT;
@@ -112,12 +113,12 @@ export class SkeletonCheck {
     this.#executor = options.executor;
     this.#budget = options.budget ?? 0.05;
     this.#maxCheckMs = options.maxCheckMs ?? 1_000;
-    this.#now = options.now ?? (() => performance.now());
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** Whether the next {@linkcode check} will list chains, not skip. */
   get due(): boolean {
-    return this.#now() >= this.#nextAt;
+    return this.#clock.now() >= this.#nextAt;
   }
 
   /** Forgets the baselines, after kproxy rewrote or deleted its tables. */
@@ -139,7 +140,7 @@ export class SkeletonCheck {
       );
       return undefined;
     }
-    const started = this.#now();
+    const started = this.#clock.now();
     try {
       for (const target of targets) {
         const drift = await this.#checkTable(target);
@@ -147,7 +148,7 @@ export class SkeletonCheck {
       }
       return undefined;
     } finally {
-      const cost = this.#now() - started;
+      const cost = this.#clock.now() - started;
       this.#nextAt = started + cost / this.#budget;
       if (elements >= 1_000) this.#msPerElement = cost / elements;
       if (cost > this.#maxCheckMs) {

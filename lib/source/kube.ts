@@ -24,6 +24,7 @@
 
 import { getLogger } from "@logtape/logtape";
 import type { ObjectKind, Source, SourceListener } from "./source.ts";
+import { systemClock } from "../clock.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
 import { ApiTransport } from "./transport.ts";
@@ -251,7 +252,7 @@ export class KubeSource implements Source {
             context.onListed(resource.kind);
           }
         }
-        const started = Date.now();
+        const started = systemClock.now();
         const outcome = await this.#watch(resource, resourceVersion, signal, (type, object) => {
           const rv = resourceVersionOf(object);
           if (rv !== "") resourceVersion = rv;
@@ -265,7 +266,7 @@ export class KubeSource implements Source {
             listener({ type: "upsert", kind: resource.kind, object });
           }
         });
-        const healthy = outcome.received || Date.now() - started >= HEALTHY_WATCH_MS;
+        const healthy = outcome.received || systemClock.now() - started >= HEALTHY_WATCH_MS;
         if (healthy) {
           backoff.reset();
           goneInARow = 0;

@@ -16,6 +16,7 @@
 import { dirname, isAbsolute, join } from "node:path";
 import { getLogger } from "@logtape/logtape";
 import { parse as parseYaml } from "yaml";
+import { systemClock } from "../clock.ts";
 
 const logger = getLogger(["kproxy", "source", "kubeconfig"]);
 
@@ -55,7 +56,7 @@ export interface ApiConnectionOptions {
   env?: (name: string) => string | undefined;
   /** The in-cluster service account directory. */
   serviceAccountDir?: string;
-  /** Milliseconds since the epoch, for token file caching. @default {Date.now} */
+  /** Monotonic milliseconds, for token file caching. @default {systemClock.now} */
   now?: () => number;
 }
 
@@ -96,7 +97,7 @@ function isRecord(value: unknown): value is Json {
  */
 export function loadApiConnection(options: ApiConnectionOptions): ApiConnection {
   const env = options.env ?? readEnv;
-  const now = options.now ?? Date.now;
+  const now = options.now ?? systemClock.now;
   let server: string;
   let origin: ApiConnection["origin"];
   let credentials: () => Promise<Credentials>;

@@ -574,6 +574,8 @@ export interface KproxyProcessOptions {
   args: string[];
   /** PATH of the process. @default the test's PATH */
   path?: string;
+  /** Its descriptor limit (RLIMIT_NOFILE), set with `prlimit`. @default the test's own */
+  maxOpenFiles?: number;
 }
 
 /** `deno run --allow-all main.ts` in a namespace, with its stderr lines collected. */
@@ -588,6 +590,9 @@ export class KproxyProcess {
         "netns",
         "exec",
         options.namespace,
+        ...(options.maxOpenFiles === undefined
+          ? []
+          : ["prlimit", `--nofile=${options.maxOpenFiles}`]),
         Deno.execPath(),
         "run",
         "--allow-all",
@@ -624,6 +629,14 @@ export class KproxyProcess {
       });
   }
 
+  /** True until the process exits. */
+  async running(): Promise<boolean> {
+    return await Promise.race([
+      this.child.status.then(() => false),
+      new Promise<boolean>((resolve) => setTimeout(() => resolve(true), 0)),
+    ]);
+  }
+
   /** Sends `signal` and returns the exit status. */
   async kill(signal: Deno.Signal): Promise<Deno.CommandStatus> {
     try {
@@ -634,6 +647,188 @@ export class KproxyProcess {
     const status = await this.child.status;
     await this.#reading;
     return status;
+  }
+}
+
+/** Options for {@linkcode httpStatus}. */
+export interface HttpStatusOptions {
+  /** curl's `--max-time`: the whole request, connection included. @default {2} */
+  maxTimeSeconds?: number;
+}
+
+/** The HTTP status of GET `url` from namespace `ns` (with curl), 0 when no answer came in time. */
+export async function httpStatus(
+  ns: string,
+  url: string,
+  options: HttpStatusOptions = {},
+): Promise<number> {
+  const maxTime = options.maxTimeSeconds ?? 2;
+  const result = await new NetnsExecutor({ namespace: ns }).run({
+    program: "curl",
+    args: ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", String(maxTime), url],
+    timeoutMs: maxTime * 1000 + 3_000,
+  });
+  return Number(result.stdout.trim() || "0");
+}
+
+const FLOOD = `
+import json, os, select, socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kinds, reopen_per_second = sys.argv[4].split(","), int(sys.argv[5])
+requests = {
+    "idle": b"",
+    "half": b"GET /healthz HTTP/1.1\\r\\nHost: kproxy\\r\\nX-Slow: ",
+    "keepalive": b"GET /healthz HTTP/1.1\\r\\nHost: kproxy\\r\\n\\r\\n",
+}
+stats = {"opened": 0, "connectFailures": 0, "closedByServer": 0, "answered": 0, "mostOpen": 0}
+sockets = {}
+def open_one(slot):
+    kind = kinds[slot % len(kinds)]
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(1)
+    try:
+        s.connect((host, port))
+        if requests[kind]:
+            s.sendall(requests[kind])
+        s.setblocking(False)
+    except OSError:
+        stats["connectFailures"] += 1
+        s.close()
+        return
+    stats["opened"] += 1
+    sockets[slot] = s
+def poll():
+    for slot, s in list(sockets.items()):
+        try:
+            data = s.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if data:
+            stats["answered"] += 1
+            continue
+        stats["closedByServer"] += 1
+        s.close()
+        del sockets[slot]
+for slot in range(count):
+    open_one(slot)
+stats["mostOpen"] = len(sockets)
+os.write(1, b"ready\\n")
+while not select.select([0], [], [], 0.2)[0]:
+    poll()
+    budget = max(1, reopen_per_second // 5)
+    for slot in range(count):
+        if budget == 0:
+            break
+        if slot not in sockets:
+            open_one(slot)
+            budget -= 1
+    stats["mostOpen"] = max(stats["mostOpen"], len(sockets))
+poll()
+os.write(1, (json.dumps(stats) + "\\n").encode())
+`;
+
+/** Options for {@linkcode ConnectionFlood.start}. */
+export interface ConnectionFloodOptions {
+  /** Namespace the connections come from. */
+  namespace: string;
+  host: string;
+  port: number;
+  /** Connections held open at once (closed ones are opened again). */
+  connections: number;
+  /**
+   * What each connection sends, in turn: nothing, half a request header, or a
+   * whole keep-alive request whose answer it reads and then keeps quiet.
+   * @default {["idle", "half", "keepalive"]}
+   */
+  kinds?: ("idle" | "half" | "keepalive")[];
+  /** How fast closed connections are opened again. @default {200} */
+  reopenPerSecond?: number;
+}
+
+/** What a {@linkcode ConnectionFlood} saw. */
+export interface ConnectionFloodStats {
+  opened: number;
+  connectFailures: number;
+  closedByServer: number;
+  /** Reads that returned data (answers to keep-alive requests, error pages). */
+  answered: number;
+  /** The most connections it held open at once. */
+  mostOpen: number;
+}
+
+/**
+ * A client that opens many TCP connections from a namespace and holds them
+ * open without finishing a request (a python3 program, so it is not bound by
+ * the test's event loop).
+ */
+export class ConnectionFlood {
+  readonly #child: Deno.ChildProcess;
+  readonly #lines: ReadableStreamDefaultReader<string>;
+  #buffer = "";
+  /** Resolves once every connection was tried once. */
+  readonly ready: Promise<void>;
+
+  private constructor(options: ConnectionFloodOptions) {
+    this.#child = new Deno.Command("ip", {
+      args: [
+        "netns",
+        "exec",
+        options.namespace,
+        "python3",
+        "-c",
+        FLOOD,
+        options.host,
+        String(options.port),
+        String(options.connections),
+        (options.kinds ?? ["idle", "half", "keepalive"]).join(","),
+        String(options.reopenPerSecond ?? 200),
+      ],
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    this.#lines = this.#child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    this.ready = this.#line().then((line) => {
+      if (line.trim() !== "ready") throw new Error(`Cannot start the connection flood: ${line}`);
+    });
+  }
+
+  /** Starts the flood; await {@linkcode ready} before relying on it. */
+  static start(options: ConnectionFloodOptions): ConnectionFlood {
+    return new ConnectionFlood(options);
+  }
+
+  /** Closes every connection and returns what the flood saw. */
+  async stop(): Promise<ConnectionFloodStats> {
+    await this.#child.stdin.close();
+    const stats = JSON.parse(await this.#line()) as ConnectionFloodStats;
+    await this.#child.status;
+    return stats;
+  }
+
+  /** Kills the flood if it still runs (for `finally` blocks). */
+  async kill(): Promise<void> {
+    try {
+      this.#child.kill("SIGKILL");
+    } catch {
+      // Already exited.
+    }
+    await this.#child.status;
+    await this.#lines.cancel().catch(() => undefined);
+  }
+
+  async #line(): Promise<string> {
+    while (!this.#buffer.includes("\n")) {
+      const { value, done } = await this.#lines.read();
+      if (done) throw new Error(`The connection flood ended early: ${this.#buffer}`);
+      this.#buffer += value;
+    }
+    const end = this.#buffer.indexOf("\n");
+    const line = this.#buffer.slice(0, end);
+    this.#buffer = this.#buffer.slice(end + 1);
+    return line;
   }
 }
 

@@ -17,11 +17,11 @@ import {
   createFaultTopology,
   faultsSkipReason,
   FaultyExecutor,
+  httpStatus,
   KproxyProcess,
   LogCapture,
   manifestText,
   ManualSource,
-  NetnsExecutor,
   nodeObject,
   type Pod,
   serviceObject,
@@ -84,16 +84,6 @@ Deno.test({
     }
   },
 });
-
-/** The HTTP status of GET `url` from namespace `ns`, 0 when the connection fails. */
-async function httpStatus(ns: string, url: string): Promise<number> {
-  const result = await new NetnsExecutor({ namespace: ns }).run({
-    program: "curl",
-    args: ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", url],
-    timeoutMs: 5_000,
-  });
-  return Number(result.stdout.trim() || "0");
-}
 
 Deno.test({
   name: "main.ts binds metrics to 127.0.0.1:10249 by default: unreachable from another namespace",

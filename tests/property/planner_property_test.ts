@@ -80,7 +80,7 @@ function replay(
   batches: readonly (readonly SourceEvent[])[],
   check: (incremental: NodePlans, full: NodePlans) => void,
 ): void {
-  const tracker = new Tracker({ nodeName: THIS_NODE, clock: () => 0 });
+  const tracker = new Tracker({ nodeName: THIS_NODE, clock: { now: () => 0 } });
   let previous: NodePlans | undefined;
   for (const batch of batches) {
     for (const event of batch) tracker.apply(event);

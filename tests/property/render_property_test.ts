@@ -33,7 +33,7 @@ function transition(
   cluster: RawCluster,
   events: readonly SourceEvent[],
 ): Transition {
-  const tracker = new Tracker({ nodeName: THIS_NODE, clock: () => 0 });
+  const tracker = new Tracker({ nodeName: THIS_NODE, clock: { now: () => 0 } });
   for (const event of listEvents(cluster)) tracker.apply(event);
   const first = tracker.drain();
   const previous = planNode({ state: first.state, options });

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  formatGoTime,
   handleHealthRequest,
   parseBindAddress,
   ProxyHealth,
@@ -11,105 +12,243 @@ import { ProxyMetrics } from "../../lib/metrics.ts";
 const SYNC_PERIOD_MS = 30_000;
 const T0 = Date.UTC(2026, 0, 1);
 
-function newHealth(): ProxyHealth {
-  return new ProxyHealth({ healthTimeoutMs: 2 * SYNC_PERIOD_MS });
+/** A hand-driven clock: `ms` moves both times, `wall` steps the wall time alone. */
+function manualClock() {
+  return {
+    ms: 0,
+    wall: T0,
+    now() {
+      return this.ms;
+    },
+    wallNow() {
+      return this.wall + this.ms;
+    },
+    advance(ms: number) {
+      this.ms += ms;
+    },
+  };
+}
+
+function newHealth(clock = manualClock()): ProxyHealth {
+  return new ProxyHealth({ healthTimeoutMs: 2 * SYNC_PERIOD_MS, clock });
 }
 
 Deno.test("ProxyHealth.status() follows queued and applied updates", async (t) => {
-  const cases: { name: string; steps: (h: ProxyHealth) => void; at: number; healthy: boolean }[] = [
-    { name: "healthy at start", steps: () => {}, at: T0 + 10 * 60_000, healthy: true },
+  type Clock = ReturnType<typeof manualClock>;
+  const cases: { name: string; steps: (h: ProxyHealth, c: Clock) => void; healthy: boolean }[] = [
+    { name: "healthy at start", steps: (_, c) => c.advance(10 * 60_000), healthy: true },
     {
       name: "healthy while a queued update is young",
-      steps: (h) => h.queuedUpdate(T0),
-      at: T0 + 59_999,
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.advance(59_999);
+      },
       healthy: true,
     },
     {
       name: "unhealthy once a queued update waited 2 × syncPeriod",
-      steps: (h) => h.queuedUpdate(T0),
-      at: T0 + 60_000,
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.advance(60_000);
+      },
       healthy: false,
     },
     {
       name: "keeps the oldest queued time",
-      steps: (h) => {
-        h.queuedUpdate(T0);
-        h.queuedUpdate(T0 + 50_000);
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.advance(50_000);
+        h.queuedUpdate();
+        c.advance(11_000);
       },
-      at: T0 + 61_000,
       healthy: false,
     },
     {
       name: "healthy again after an update",
-      steps: (h) => {
-        h.queuedUpdate(T0);
-        h.updated(T0 + 70_000);
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.advance(70_000);
+        h.updated();
+        c.advance(130_000);
       },
-      at: T0 + 200_000,
+      healthy: true,
+    },
+    {
+      name: "a wall clock step back does not hide a late update",
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.wall -= 3_600_000;
+        c.advance(60_000);
+      },
+      healthy: false,
+    },
+    {
+      name: "a wall clock step forward does not fail a young update",
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.wall += 3_600_000;
+        c.advance(1_000);
+      },
       healthy: true,
     },
   ];
   for (const c of cases) {
     await t.step(c.name, () => {
-      const health = newHealth();
-      c.steps(health);
-      assert.equal(health.status(c.at).healthy, c.healthy);
+      const clock = manualClock();
+      const health = newHealth(clock);
+      c.steps(health, clock);
+      assert.equal(health.status().healthy, c.healthy);
     });
   }
 });
 
-Deno.test("ProxyHealth.status() reports times as ISO strings", () => {
-  const health = newHealth();
-  assert.equal(health.status(T0).lastUpdated, "");
-  health.updated(T0);
-  assert.deepEqual(health.status(T0 + 1000), {
+Deno.test("ProxyHealth.status() reports wall times, the start as the first update", () => {
+  const clock = manualClock();
+  const health = newHealth(clock);
+  clock.advance(1000);
+  health.queuedUpdate();
+  clock.wall -= 3_600_000;
+  assert.deepEqual(health.status(), {
     healthy: true,
     nodeEligible: true,
-    lastUpdated: "2026-01-01T00:00:00.000Z",
-    currentTime: "2026-01-01T00:00:01.000Z",
+    lastUpdated: T0,
+    currentTime: T0 - 3_599_000,
+    families: [
+      { family: "IPv4", lastUpdated: T0, healthy: true },
+      { family: "IPv6", lastUpdated: T0, healthy: true },
+    ],
   });
+  health.updated();
+  assert.equal(health.status().lastUpdated, T0 - 3_599_000);
+});
+
+Deno.test("formatGoTime() writes RFC 3339 in UTC as Go marshals time.Time", () => {
+  assert.equal(formatGoTime(T0), "2026-01-01T00:00:00Z");
+  assert.equal(formatGoTime(T0 + 1), "2026-01-01T00:00:00.001Z");
+  assert.equal(formatGoTime(T0 + 120), "2026-01-01T00:00:00.12Z");
 });
 
 Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is deleting", async () => {
   const health = newHealth();
   const metrics = new ProxyMetrics();
   health.setNodeDeleting(true);
-  const now = () => T0;
-  const healthz = handleHealthRequest(new Request("http://x/healthz"), { health, metrics, now });
+  const healthz = handleHealthRequest(new Request("http://x/healthz"), { health, metrics });
   assert.equal(healthz.status, 503);
-  assert.deepEqual(await healthz.json(), {
-    lastUpdated: "",
-    currentTime: "2026-01-01T00:00:00.000Z",
-    nodeEligible: false,
-  });
-  const livez = handleHealthRequest(new Request("http://x/livez"), { health, metrics, now });
+  assert.equal((await healthz.json()).nodeEligible, false);
+  const livez = handleHealthRequest(new Request("http://x/livez"), { health, metrics });
   assert.equal(livez.status, 200);
   await livez.body?.cancel();
   assert.equal(metrics.proxyHealthzTotal.get({ code: "503" }), 1);
   assert.equal(metrics.proxyLivezTotal.get({ code: "200" }), 1);
-  const missing = handleHealthRequest(new Request("http://x/other"), { health, now });
+  const missing = handleHealthRequest(new Request("http://x/other"), { health });
   assert.equal(missing.status, 404);
   await missing.body?.cancel();
 });
 
+/**
+ * kube-proxy 1.36's body (pkg/proxy/healthcheck/proxy_health.go): Go's json.Marshal of
+ * ProxyHealth, fields in struct order, `nodeEligible` only on /healthz, `status` keyed by IP
+ * family in sorted order, times as RFC 3339 with the fraction's trailing zeros cut; while
+ * healthy the top-level `lastUpdated` is the current time.
+ */
+function upstreamBody(
+  options: {
+    lastUpdated: string;
+    currentTime: string;
+    nodeEligible?: boolean;
+    healthy: boolean;
+    familyUpdated: string;
+  },
+): string {
+  const family = `{"lastUpdated":"${options.familyUpdated}","healthy":${options.healthy}}`;
+  const eligible = options.nodeEligible === undefined
+    ? ""
+    : `"nodeEligible":${options.nodeEligible},`;
+  return `{"lastUpdated":"${options.lastUpdated}","currentTime":"${options.currentTime}",${eligible}` +
+    `"healthy":${options.healthy},"status":{"IPv4":${family},"IPv6":${family}}}`;
+}
+
+Deno.test("handleHealthRequest() answers /healthz and /livez in kube-proxy 1.36's shape", async (t) => {
+  const clock = manualClock();
+  const health = newHealth(clock);
+  const answer = async (path: string) => {
+    const response = handleHealthRequest(new Request(`http://x${path}`), { health });
+    assert.equal(response.headers.get("content-type"), "application/json");
+    assert.equal(response.headers.get("x-content-type-options"), "nosniff");
+    return { status: response.status, body: await response.text() };
+  };
+  clock.advance(500);
+  health.updated();
+  clock.advance(1_000);
+
+  await t.step("healthy", async () => {
+    const now = "2026-01-01T00:00:01.5Z";
+    assert.deepEqual(await answer("/healthz"), {
+      status: 200,
+      body: upstreamBody({
+        lastUpdated: now,
+        currentTime: now,
+        nodeEligible: true,
+        healthy: true,
+        familyUpdated: "2026-01-01T00:00:00.5Z",
+      }),
+    });
+    assert.deepEqual(await answer("/livez"), {
+      status: 200,
+      body: upstreamBody({
+        lastUpdated: now,
+        currentTime: now,
+        healthy: true,
+        familyUpdated: "2026-01-01T00:00:00.5Z",
+      }),
+    });
+  });
+
+  await t.step("an update late by the timeout", async () => {
+    health.queuedUpdate();
+    clock.advance(2 * SYNC_PERIOD_MS);
+    const late = {
+      lastUpdated: "2026-01-01T00:00:00.5Z",
+      currentTime: "2026-01-01T00:01:01.5Z",
+      healthy: false,
+      familyUpdated: "2026-01-01T00:00:00.5Z",
+    };
+    assert.deepEqual(await answer("/healthz"), {
+      status: 503,
+      body: upstreamBody({ ...late, nodeEligible: true }),
+    });
+    assert.deepEqual(await answer("/livez"), { status: 503, body: upstreamBody(late) });
+    health.updated();
+  });
+
+  await t.step("a node being deleted fails /healthz only", async () => {
+    health.setNodeDeleting(true);
+    const now = "2026-01-01T00:01:01.5Z";
+    const healthy = { lastUpdated: now, currentTime: now, healthy: true, familyUpdated: now };
+    assert.deepEqual(await answer("/healthz"), {
+      status: 503,
+      body: upstreamBody({ ...healthy, lastUpdated: now, nodeEligible: false }),
+    });
+    assert.deepEqual(await answer("/livez"), { status: 200, body: upstreamBody(healthy) });
+  });
+});
+
 Deno.test("startHealthServer() serves /healthz 200, then 503 after 2 × syncPeriod pending", async () => {
-  const health = newHealth();
+  const clock = manualClock();
+  const health = newHealth(clock);
   const metrics = new ProxyMetrics();
-  let now = T0;
-  const server = startHealthServer({ address: "127.0.0.1:0", health, metrics, now: () => now });
+  const server = startHealthServer({ address: "127.0.0.1:0", health, metrics });
   try {
     const url = `http://127.0.0.1:${server.addr.port}`;
-    health.updated(T0);
+    health.updated();
     let response = await fetch(`${url}/healthz`);
     assert.equal(response.status, 200);
     assert.equal(response.headers.get("content-type"), "application/json");
-    assert.deepEqual(await response.json(), {
-      lastUpdated: "2026-01-01T00:00:00.000Z",
-      currentTime: "2026-01-01T00:00:00.000Z",
-      nodeEligible: true,
-    });
-    health.queuedUpdate(T0 + 1000);
-    now = T0 + 1000 + 2 * SYNC_PERIOD_MS;
+    assert.equal(response.headers.get("x-content-type-options"), "nosniff");
+    assert.equal((await response.json()).healthy, true);
+    clock.advance(1000);
+    health.queuedUpdate();
+    clock.advance(2 * SYNC_PERIOD_MS);
     for (const path of ["/healthz", "/livez"]) {
       response = await fetch(`${url}${path}`);
       assert.equal(response.status, 503, path);
@@ -149,9 +288,9 @@ function freePort(): number {
 }
 
 Deno.test("ServiceHealthServers.sync() serves 200 with local endpoints and 503 without", async () => {
-  const health = newHealth();
-  let now = T0;
-  const servers = new ServiceHealthServers({ hostname: "127.0.0.1", health, now: () => now });
+  const clock = manualClock();
+  const health = newHealth(clock);
+  const servers = new ServiceHealthServers({ hostname: "127.0.0.1", health });
   const [portA, portB] = [freePort(), freePort()];
   try {
     await servers.sync(
@@ -172,12 +311,12 @@ Deno.test("ServiceHealthServers.sync() serves 200 with local endpoints and 503 w
     assert.equal(response.status, 503);
     assert.equal((await response.json()).localEndpoints, 0);
 
-    health.queuedUpdate(T0);
-    now = T0 + 2 * SYNC_PERIOD_MS;
+    health.queuedUpdate();
+    clock.advance(2 * SYNC_PERIOD_MS);
     response = await fetch(`http://127.0.0.1:${portA}/`);
     assert.equal(response.status, 503);
     assert.equal((await response.json()).serviceProxyHealthy, false);
-    health.updated(now);
+    health.updated();
 
     await servers.sync(new Map([[portB, { namespace: "prod", name: "api", localEndpoints: 1 }]]));
     assert.deepEqual(servers.ports, [portB]);

@@ -222,7 +222,7 @@ Deno.test("IpvsBackend.sync() drains a removed TCP real server: weight 0, delete
   const backend = createIpvsBackend({
     executor: kernel.executor,
     config: testConfig(),
-    clock: () => now,
+    clock: { now: () => now },
   });
   await backend.sync(request(SCENARIOS.clusterip!, true));
   kernel.take();
@@ -264,7 +264,7 @@ Deno.test("IpvsBackend.sync() deletes a draining real server after the timeout",
   const backend = createIpvsBackend({
     executor: kernel.executor,
     config: testConfig(),
-    clock: () => now,
+    clock: { now: () => now },
     drainTimeoutMs: 60_000,
   });
   await backend.sync(request(SCENARIOS.clusterip!, true));

@@ -41,35 +41,35 @@ const TARGET = {
 
 /** A fake clock and an nft whose every listing of BASE_CHAIN advances it by `listingMs`. */
 function timedListings(listingMs: number) {
-  const clock = { now: 0 };
+  const time = { ms: 0 };
   const executor = new FakeExecutor(() => {
-    clock.now += listingMs;
+    time.ms += listingMs;
     return { code: 0, stdout: BASE_CHAIN, stderr: "" };
   });
-  return { clock, executor, now: () => clock.now };
+  return { time, executor, clock: { now: () => time.ms } };
 }
 
 Deno.test("SkeletonCheck spaces its listings so they take at most the budget", async () => {
-  const { clock, executor, now } = timedListings(100);
-  const check = new SkeletonCheck({ executor, budget: 0.05, now });
+  const { time, executor, clock } = timedListings(100);
+  const check = new SkeletonCheck({ executor, budget: 0.05, clock });
   assert.equal(await check.check([TARGET]), undefined);
   assert.equal(executor.calls.length, 1);
   // 100 ms of listing at 5% allows one listing per 2 s from the start of the last.
-  clock.now += 1_899;
+  time.ms += 1_899;
   assert.equal(check.due, false);
   assert.equal(await check.check([TARGET]), undefined);
   assert.equal(executor.calls.length, 1);
-  clock.now += 1;
+  time.ms += 1;
   assert.equal(check.due, true);
   await check.check([TARGET]);
   assert.equal(executor.calls.length, 2);
 });
 
 Deno.test("SkeletonCheck waits for the next full sync after a listing slower than maxCheckMs", async () => {
-  const { clock, executor, now } = timedListings(1_500);
-  const check = new SkeletonCheck({ executor, budget: 1, now });
+  const { time, executor, clock } = timedListings(1_500);
+  const check = new SkeletonCheck({ executor, budget: 1, clock });
   await check.check([TARGET]);
-  clock.now += 3_600_000;
+  time.ms += 3_600_000;
   assert.equal(check.due, false);
   check.reset();
   assert.equal(check.due, true);

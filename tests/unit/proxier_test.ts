@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
+import FakeTimers from "@sinonjs/fake-timers";
 import { modelService } from "../support/model_fixtures.ts";
 import { RecordingBackend } from "../../backends/recording.ts";
-import { ProxyHealth } from "../../lib/health.ts";
+import { handleHealthRequest, ProxyHealth } from "../../lib/health.ts";
 import { ProxyMetrics } from "../../lib/metrics.ts";
 import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/model.ts";
 import type { PlannerOptions } from "../../lib/planner.ts";
 import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/proxier.ts";
+import { BoundedFrequencyRunner } from "../../lib/runner.ts";
 import type { SourceEvent } from "../../lib/source/source.ts";
 import type { ClusterState, StateChange } from "../../lib/state.ts";
 import type { ServiceHealthInfo } from "../../lib/health.ts";
@@ -109,7 +111,7 @@ interface Harness {
   backend: RecordingBackend;
   health: ProxyHealth;
   metrics: ProxyMetrics;
-  clock: { t: number; now(): number };
+  clock: { t: number; now(): number; wallNow(): number };
   pokes: number;
   serviceHealth: ReadonlyMap<number, ServiceHealthInfo>[];
 }
@@ -117,11 +119,11 @@ interface Harness {
 function setup(
   options: { backend?: RecordingBackend; syncPeriodMs?: number; fullSyncPeriodMs?: number } = {},
 ): Harness {
-  const clock = { t: 1_000_000, now: () => clock.t };
+  const clock = { t: 1_000_000, now: () => clock.t, wallNow: () => clock.t };
   const h = {
     tracker: new FakeTracker(),
     backend: options.backend ?? new RecordingBackend({ mode: "nftables" }),
-    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
+    health: new ProxyHealth({ healthTimeoutMs: 60_000, clock }),
     metrics: new ProxyMetrics(),
     clock,
     pokes: 0,
@@ -159,9 +161,9 @@ Deno.test("Proxier.sync() does nothing before the tracker is synced", async () =
 
 Deno.test("Proxier turns unhealthy when the initial sync never happens", () => {
   const h = setup();
-  assert.equal(h.health.status(h.clock.now()).healthy, true);
+  assert.equal(h.health.status().healthy, true);
   h.clock.t += 60_000;
-  assert.equal(h.health.status(h.clock.now()).healthy, false);
+  assert.equal(h.health.status().healthy, false);
 });
 
 Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes the runner once synced", () => {
@@ -178,7 +180,7 @@ Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes
   assert.equal(h.metrics.serviceChangesTotal.get(), 2);
   assert.equal(h.metrics.lastQueuedTimestamp.get(), 1000);
   h.clock.t += 60_000;
-  assert.equal(h.health.status(h.clock.now()).healthy, false);
+  assert.equal(h.health.status().healthy, false);
 });
 
 Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids", async () => {
@@ -213,7 +215,7 @@ Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids
   assert.equal(h.metrics.syncFullProxyRulesDuration.get().count, 1);
   assert.equal(h.metrics.syncPartialProxyRulesDuration.get().count, 1);
   assert.equal(h.metrics.syncProxyRulesLastTimestamp.get(), h.clock.t / 1000);
-  assert.equal(h.health.status(h.clock.now()).lastUpdated, new Date(h.clock.t).toISOString());
+  assert.equal(h.health.status().lastUpdated, h.clock.t);
 });
 
 Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
@@ -303,7 +305,7 @@ Deno.test("Proxier.sync() reports node deletion and serves health check node por
   h.tracker.nodes.set(NODE, { ...node, deleting: true });
   h.proxier.onEvent({ type: "synced" });
   await h.proxier.sync();
-  assert.equal(h.health.status(h.clock.now()).nodeEligible, false);
+  assert.equal(h.health.status().nodeEligible, false);
   assert.deepEqual(
     h.serviceHealth.at(-1),
     new Map([[32000, { namespace: "default", name: "lb", localEndpoints: 1 }]]),
@@ -347,4 +349,103 @@ Deno.test("Proxier.sync() runs afterSync with the applied change and survives it
     { previous: 0, changed: ["default/dns:/TCP"], full: true },
     { previous: 1, changed: ["default/dns:/TCP"], full: false },
   ]);
+});
+
+Deno.test("Proxier, runner and health keep their schedule when the wall clock steps", async (t) => {
+  const T0 = Date.UTC(2026, 0, 1);
+  const HOUR = 3_600_000;
+  const clock = FakeTimers.install({
+    now: T0,
+    toFake: ["Date", "performance", "setTimeout", "clearTimeout"],
+  });
+  const controller = new AbortController();
+  let looping: Promise<void> | undefined;
+  try {
+    let failing = false;
+    const backend = new RecordingBackend({
+      mode: "nftables",
+      drift: () => false,
+      failWith: () => failing ? new Error("nft: injected failure") : undefined,
+    });
+    const tracker = new FakeTracker();
+    const health = new ProxyHealth({ healthTimeoutMs: 60_000 });
+    const proxier: Proxier = new Proxier({
+      backend,
+      tracker,
+      plannerOptions,
+      health,
+      metrics: new ProxyMetrics(),
+      syncPeriodMs: 30_000,
+      fullSyncPeriodMs: HOUR,
+      requestSync: () => runner.run(),
+      families: ["ipv4"],
+    });
+    const runner = new BoundedFrequencyRunner({
+      name: "sync",
+      fn: async () => {
+        await proxier.sync().catch(() => {});
+      },
+      minIntervalMs: 1_000,
+      maxIntervalMs: 30_000,
+      retryIntervalMs: 1_000,
+    });
+    looping = runner.loop(controller.signal);
+    const healthz = () => handleHealthRequest(new Request("http://x/healthz"), { health }).status;
+    const change = (ip: string) => {
+      tracker.set(service("web", "10.96.0.10"), [ip]);
+      proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
+    };
+    tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+    proxier.onEvent({ type: "synced" });
+    await clock.tickAsync(0);
+    assert.deepEqual(backend.requests.map((r) => r.full), [true]);
+
+    await t.step("a change after a step back of an hour is applied at once", async () => {
+      clock.setSystemTime(Date.now() - HOUR);
+      await clock.tickAsync(1_000);
+      change("10.244.0.6");
+      await clock.tickAsync(1_000);
+      assert.deepEqual(backend.requests.map((r) => r.full), [true, false]);
+      assert.equal(healthz(), 200);
+    });
+
+    await t.step("drift is still checked once per sync period", async () => {
+      const checks = backend.driftChecks;
+      await clock.tickAsync(30_000);
+      assert.equal(backend.driftChecks, checks + 1);
+    });
+
+    await t.step(
+      "a sync failing across a step back turns /healthz 503 after the timeout",
+      async () => {
+        failing = true;
+        change("10.244.0.7");
+        clock.setSystemTime(Date.now() - HOUR);
+        await clock.tickAsync(59_000);
+        assert.equal(healthz(), 200);
+        await clock.tickAsync(1_000);
+        assert.equal(healthz(), 503);
+        failing = false;
+        await clock.tickAsync(30_000);
+        assert.equal(healthz(), 200);
+      },
+    );
+
+    await t.step(
+      "a step forward of two hours neither fails health nor forces a full sync",
+      async () => {
+        const before = backend.requests.length;
+        change("10.244.0.8");
+        clock.setSystemTime(Date.now() + 2 * HOUR);
+        assert.equal(healthz(), 200);
+        await clock.tickAsync(1_000);
+        assert.deepEqual(backend.requests.slice(before).map((r) => r.full), [false]);
+      },
+    );
+  } finally {
+    controller.abort();
+    await clock.tickAsync(0);
+    await looping;
+    clock.uninstall();
+  }
 });

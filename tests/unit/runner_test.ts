@@ -1,15 +1,7 @@
 import assert from "node:assert/strict";
 import FakeTimers from "@sinonjs/fake-timers";
-import { BoundedFrequencyRunner, type Clock } from "../../lib/runner.ts";
-
-/** Adapts a fake-timers clock (whose `now` is a property) to the runner's Clock. */
-function adapt(clock: ReturnType<typeof FakeTimers.createClock>): Clock {
-  return {
-    now: () => clock.now,
-    setTimeout: (fn, ms) => clock.setTimeout(fn, ms),
-    clearTimeout: (id) => clock.clearTimeout(id as ReturnType<typeof clock.setTimeout>),
-  };
-}
+import { BoundedFrequencyRunner } from "../../lib/runner.ts";
+import { fakeClock } from "../support/clock.ts";
 
 interface Harness {
   clock: ReturnType<typeof FakeTimers.createClock>;
@@ -30,7 +22,7 @@ function start(
     minIntervalMs: options.minIntervalMs,
     maxIntervalMs: options.maxIntervalMs,
     retryIntervalMs: options.retryIntervalMs ?? 1000,
-    clock: adapt(clock),
+    clock: fakeClock(clock),
     fn: async () => {
       runs.push(clock.now);
       await fn(runs.length - 1);

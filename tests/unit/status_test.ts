@@ -74,6 +74,7 @@ function snapshot(overrides: Partial<StatusSnapshot> = {}): StatusSnapshot {
     node: "node-a",
     startedAt: start - 3_600_000,
     now: start + 61_000,
+    uptimeMs: 3_661_000,
     healthy: true,
     families: countPlans({
       ipv4: plan([

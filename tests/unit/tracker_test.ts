@@ -45,7 +45,7 @@ function remove(kind: ObjectKind, object: Json) {
 }
 
 function newTracker(now = { t: 1000 }) {
-  return new Tracker({ nodeName: "node-a", clock: () => now.t });
+  return new Tracker({ nodeName: "node-a", clock: { now: () => now.t } });
 }
 
 Deno.test("Tracker.synced is true only after the synced event", () => {
