@@ -10,6 +10,7 @@
  * @module
  */
 
+import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
 import { POWERSHELL_ARGS } from "../../backends/windows/mod.ts";
 import {
   type Command,
@@ -63,12 +64,31 @@ async function homeDir(): Promise<string> {
 
 let tools: Promise<PwshTools | string> | undefined;
 
+let pwsh: Promise<string | undefined> | undefined;
+
+/**
+ * The absolute path of PowerShell 7 (`pwsh`, on PATH or as a .NET global tool),
+ * or undefined (and the reason printed once).
+ */
+export function pwshPath(): Promise<string | undefined> {
+  pwsh ??= (async () => {
+    const found = Deno.build.os === "linux"
+      ? await findProgram("pwsh", `${await homeDir()}/.dotnet/tools/pwsh`)
+      : undefined;
+    if (!found) {
+      console.warn(
+        "PowerShell tests skipped: pwsh is not installed " +
+          "(dotnet tool install --global PowerShell --version 7.6.9)",
+      );
+    }
+    return found;
+  })();
+  return pwsh;
+}
+
 async function buildTools(): Promise<PwshTools | string> {
-  if (Deno.build.os !== "linux") return "not Linux";
-  const pwsh = await findProgram("pwsh", `${await homeDir()}/.dotnet/tools/pwsh`);
-  if (!pwsh) {
-    return "pwsh is not installed (dotnet tool install --global PowerShell --version 7.6.9)";
-  }
+  const pwsh = await pwshPath();
+  if (!pwsh) return "pwsh is not installed";
   const cc = await findProgram("cc");
   if (!cc) return "no C compiler (cc) to build the HCN stand-in";
   const libraryDir = await Deno.makeTempDir({ prefix: "kp-hcn-lib-" });
@@ -99,7 +119,9 @@ async function buildTools(): Promise<PwshTools | string> {
 export async function pwshTools(): Promise<PwshTools | string> {
   if (!tools) {
     tools = buildTools().then((result) => {
-      if (typeof result === "string") console.warn(`PowerShell tests skipped: ${result}`);
+      if (typeof result === "string" && result !== "pwsh is not installed") {
+        console.warn(`PowerShell tests skipped: ${result}`);
+      }
       return result;
     });
   }
@@ -154,6 +176,8 @@ export interface HcnFault {
   hresult?: number;
   /** "kill" kills the calling process (a script killed half-way). @default {"fail"} */
   action?: "fail" | "kill";
+  /** Matching calls to let through first. @default {0} */
+  after?: number;
   /** Calls to fail; -1 for all. @default {1} */
   count?: number;
 }
@@ -194,8 +218,13 @@ export class HcnState {
     return JSON.parse(await Deno.readTextFile(this.path));
   }
 
-  /** Changes the state in place (the call log is kept). */
+  /**
+   * Changes the state in place (the call log is kept), holding the lock every
+   * stand-in call holds, as HNS changes under a running kproxy.
+   */
   async update(change: (document: HcnStateDocument) => void): Promise<void> {
+    using lock = await Deno.open(`${this.path}.lock`, { create: true, write: true });
+    await lock.lock(true);
     const document = await this.read();
     change(document);
     await Deno.writeTextFile(this.path, JSON.stringify(document));
@@ -284,4 +313,60 @@ export async function runPwsh(
 /** The path of a file beside this module. */
 export function testFile(name: string): string {
   return `${HERE}${name}`;
+}
+
+/** The HCN state, read back, with lookups by frontend. */
+export class HcnView {
+  constructor(readonly document: HcnStateDocument) {}
+
+  /** The one load balancer serving `vip` (or "" for node ports) on `port`/`protocol`. */
+  lb(vip: string, port: number, options: { protocol?: number; ipv6?: boolean } = {}) {
+    const found = this.document.loadBalancers.filter((lb) =>
+      (lb.FrontendVIPs ?? []).join() === vip &&
+      lb.PortMappings?.[0]?.ExternalPort === port &&
+      lb.PortMappings?.[0]?.Protocol === (options.protocol ?? 6) &&
+      ((lb.Flags ?? 0) & 2) === (options.ipv6 ? 2 : 0)
+    );
+    assertEquals(found.length, 1, `one load balancer for ${vip || "node port"}:${port}`);
+    return found[0]!;
+  }
+
+  /** "IP local" / "IP remote" for each endpoint of `lb`, sorted. */
+  backends(lb: HcnLoadBalancer): string[] {
+    return (lb.HostComputeEndpoints ?? []).map((id) => {
+      const ep = this.document.endpoints.find((e) => e.ID.toUpperCase() === id.toUpperCase());
+      ok(ep, `endpoint ${id} of load balancer ${lb.ID} exists`);
+      return `${ep.IpConfigurations?.[0]?.IpAddress} ${(ep.Flags ?? 0) & 1 ? "remote" : "local"}`;
+    }).sort();
+  }
+
+  /** The remote endpoint with `ip`. */
+  remote(ip: string): HcnEndpoint {
+    const found = this.document.endpoints.filter((e) =>
+      (e.Flags ?? 0) & 1 && e.IpConfigurations?.[0]?.IpAddress === ip &&
+      e.Name?.startsWith("kproxy-")
+    );
+    assertEquals(found.length, 1, `one remote endpoint for ${ip}`);
+    return found[0]!;
+  }
+
+  /** Mapping flags, LB flags, distribution and internal port of `lb`. */
+  shape(lb: HcnLoadBalancer) {
+    const mapping = lb.PortMappings?.[0] ?? {};
+    return {
+      internalPort: mapping.InternalPort,
+      portFlags: mapping.Flags,
+      flags: lb.Flags,
+      distribution: mapping.DistributionType,
+      sourceVip: lb.SourceVIP,
+    };
+  }
+
+  /** Asserts that objects with these ids (any case) still exist. */
+  assertKept(ids: string[]): void {
+    const all = [...this.document.loadBalancers, ...this.document.endpoints].map((o) =>
+      o.ID.toUpperCase()
+    );
+    for (const id of ids) ok(all.includes(id.toUpperCase()), `${id} kept`);
+  }
 }

@@ -19,9 +19,9 @@ import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
 import { endpoint, planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 import {
   type HcnEndpoint,
-  type HcnLoadBalancer,
   HcnState,
   type HcnStateDocument,
+  HcnView,
   type PwshTools,
   pwshTools,
 } from "./hcn.ts";
@@ -39,6 +39,8 @@ const LOCAL = {
 /** Objects another program created: kproxy must never delete them. */
 const FOREIGN_LB = "0f0e0d0c-0000-4000-8000-000000000001";
 const FOREIGN_EP = "0f0e0d0c-0000-4000-8000-000000000002";
+
+const KEPT = [FOREIGN_LB, FOREIGN_EP, ...Object.values(LOCAL)];
 
 function localEndpoints(network: string): HcnEndpoint[] {
   return Object.entries(LOCAL).map(([ip, id]) => ({
@@ -100,61 +102,6 @@ function seed(type: "L2Bridge" | "Overlay"): HcnStateDocument {
       SchemaVersion: { Major: 2, Minor: 0 },
     }],
   };
-}
-
-/** The HCN state, read back, with lookups by frontend. */
-class HcnView {
-  constructor(readonly document: HcnStateDocument) {}
-
-  /** The one load balancer serving `vip` (or "" for node ports) on `port`/`protocol`. */
-  lb(vip: string, port: number, options: { protocol?: number; ipv6?: boolean } = {}) {
-    const found = this.document.loadBalancers.filter((lb) =>
-      (lb.FrontendVIPs ?? []).join() === vip &&
-      lb.PortMappings?.[0]?.ExternalPort === port &&
-      lb.PortMappings?.[0]?.Protocol === (options.protocol ?? 6) &&
-      ((lb.Flags ?? 0) & 2) === (options.ipv6 ? 2 : 0)
-    );
-    assertEquals(found.length, 1, `one load balancer for ${vip || "node port"}:${port}`);
-    return found[0]!;
-  }
-
-  /** "IP local" / "IP remote" for each endpoint of `lb`, sorted. */
-  backends(lb: HcnLoadBalancer): string[] {
-    return (lb.HostComputeEndpoints ?? []).map((id) => {
-      const ep = this.document.endpoints.find((e) => e.ID.toUpperCase() === id.toUpperCase());
-      ok(ep, `endpoint ${id} of load balancer ${lb.ID} exists`);
-      return `${ep.IpConfigurations?.[0]?.IpAddress} ${(ep.Flags ?? 0) & 1 ? "remote" : "local"}`;
-    }).sort();
-  }
-
-  /** The remote endpoint with `ip`. */
-  remote(ip: string): HcnEndpoint {
-    const found = this.document.endpoints.filter((e) =>
-      (e.Flags ?? 0) & 1 && e.IpConfigurations?.[0]?.IpAddress === ip && e.ID !== FOREIGN_EP
-    );
-    assertEquals(found.length, 1, `one remote endpoint for ${ip}`);
-    return found[0]!;
-  }
-
-  /** Mapping flags, LB flags, distribution and internal port of `lb`. */
-  shape(lb: HcnLoadBalancer) {
-    const mapping = lb.PortMappings?.[0] ?? {};
-    return {
-      internalPort: mapping.InternalPort,
-      portFlags: mapping.Flags,
-      flags: lb.Flags,
-      distribution: mapping.DistributionType,
-      sourceVip: lb.SourceVIP,
-    };
-  }
-
-  assertForeignKept(): void {
-    ok(this.document.loadBalancers.some((lb) => lb.ID === FOREIGN_LB.toUpperCase()));
-    ok(this.document.endpoints.some((ep) => ep.ID === FOREIGN_EP.toUpperCase()));
-    for (const id of Object.values(LOCAL)) {
-      ok(this.document.endpoints.some((ep) => ep.ID === id.toUpperCase()), `local ${id} kept`);
-    }
-  }
 }
 
 const local = (ip: string) => endpoint(ip, 8080, true);
@@ -366,7 +313,7 @@ Deno.test({
       await backend.sync({ plans, previous: [], changed: new Set(), full: true });
       const hcn = await view(state);
       for (const c of CASES) await t.step(c.name, () => c.expect(hcn));
-      hcn.assertForeignKept();
+      hcn.assertKept(KEPT);
       assertEquals(
         hcn.document.loadBalancers.length,
         1 + 18,
@@ -417,7 +364,7 @@ Deno.test({
         assertEquals(changes.filter((c) => c.startsWith("HcnCreateEndpoint")).length, 1);
         assertEquals(changes.filter((c) => c.startsWith("HcnCreateLoadBalancer")).length, 1);
         for (const c of moved.filter((c) => !c.name.startsWith("an endpoint"))) c.expect(after);
-        after.assertForeignKept();
+        after.assertKept(KEPT);
       });
 
       await t.step("cleanup removes every kproxy object and nothing else", async () => {
@@ -483,7 +430,7 @@ Deno.test({
         "10.244.2.7 remote",
         "10.244.3.9 remote",
       ]);
-      hcn.assertForeignKept();
+      hcn.assertKept(KEPT);
     }, config);
   },
 });

@@ -8,14 +8,16 @@
  * State lives in the JSON file named by KPROXY_HCN_STATE:
  *   {"networks": [...], "endpoints": [...], "loadBalancers": [...],
  *    "faults": [{"function": "HcnCreateLoadBalancer", "id": "<guid>", "hresult": N,
- *                "action": "fail" | "kill", "count": N}],
+ *                "action": "fail" | "kill", "after": N, "count": N}],
  *    "openHandles": N}
- * Each call appends "<function> <id>" to "<state>.calls". Every settings
+ * Each call holds an exclusive flock on "<state>.lock" (a test changing the state
+ * takes it too) and appends "<function> <id>" to "<state>.calls". Every settings
  * document is checked against the HCN v2 schema (schema.c) and refused like
  * HNS refuses it: unknown fields, wrong types, references to missing objects.
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +69,8 @@ typedef struct {
   const char *function;
   char id[37];
   J *state;
+  /* An exclusive flock on "<state>.lock" for the whole call, or -1. */
+  int lock;
   HRESULT hr;
   char message[600];
 } Call;
@@ -189,6 +193,12 @@ static int refuse(Call *call, HRESULT hr, const char *format, const char *detail
 static int load_state(Call *call) {
   const char *path = state_path();
   if (!path) return refuse(call, E_FAIL, "HCN stand-in: KPROXY_HCN_STATE is not set%s", NULL);
+  char lock[4096];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  call->lock = open(lock, O_RDWR | O_CREAT, 0600);
+  if (call->lock < 0 || flock(call->lock, LOCK_EX) != 0) {
+    return refuse(call, E_FAIL, "HCN stand-in: cannot lock %s", lock);
+  }
   FILE *f = fopen(path, "rb");
   if (!f) return refuse(call, E_FAIL, "HCN stand-in: cannot read %s", path);
   char *text = NULL;
@@ -265,8 +275,9 @@ static void add_open_handles(Call *call, int delta) {
 }
 
 /*
- * Applies an armed fault for this call, if any: "fail" answers with its HRESULT,
- * "kill" saves the state and kills the process (a script killed half-way).
+ * Applies an armed fault for this call, if any: the first `after` matching calls
+ * pass, then `count` calls (-1: all) fail: "fail" answers with its HRESULT, "kill"
+ * saves the state and kills the process (a script killed half-way).
  */
 static int apply_fault(Call *call) {
   J *faults = json_get(call->state, "faults");
@@ -281,6 +292,13 @@ static int apply_fault(Call *call) {
     }
     if (id && !(id->type == J_STR && guid_parse(id->text, wanted) && same_guid(call->id, wanted))) {
       continue;
+    }
+    long long after = number_of(json_get(fault, "after"), 0);
+    if (after > 0) {
+      char text[32];
+      snprintf(text, sizeof text, "%lld", after - 1);
+      json_set(fault, "after", json_new(J_NUM, text));
+      return save_state(call);
     }
     long long count = number_of(json_get(fault, "count"), 1);
     J *action = json_get(fault, "action");
@@ -303,6 +321,7 @@ static int apply_fault(Call *call) {
 /* Starts a call: logs it, loads the state and applies any armed fault. */
 static int begin(Call *call, const char *function, const uint8_t *id) {
   memset(call, 0, sizeof *call);
+  call->lock = -1;
   call->function = function;
   if (id) guid_text(id, call->id);
   log_call(call);
@@ -312,6 +331,7 @@ static int begin(Call *call, const char *function, const uint8_t *id) {
 /* Ends a call: frees the state and writes the error record when it failed. */
 static HRESULT finish(Call *call, WCHAR **error_record) {
   json_free(call->state);
+  if (call->lock >= 0) close(call->lock);
   if (error_record) *error_record = NULL;
   if (call->hr == S_OK) return S_OK;
   if (error_record) {
