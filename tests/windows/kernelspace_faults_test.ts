@@ -24,7 +24,7 @@ import {
   startKproxy,
   waitFor,
 } from "../faults/harness.ts";
-import { planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
+import { endpoint, planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 import {
   type HcnFault,
   type HcnLoadBalancer,
@@ -259,69 +259,60 @@ Deno.test({
   },
 });
 
-/** A backend on `document`, synced by hand with the plan of `cluster()`'s web service. */
-async function withBackend(
-  tools: PwshTools,
-  document: HcnStateDocument,
-  body: (sync: () => Promise<unknown>, state: HcnState) => Promise<void>,
-): Promise<void> {
-  const state = await HcnState.create(document);
-  const config = testConfig({ proxyMode: "kernelspace" });
-  config.winkernel.networkName = "cbr0";
-  const backend = createWindowsBackend({
-    executor: state.executor(tools),
-    config,
-    powershell: "pwsh",
-  });
-  const plans = [planOf([servicePort()])];
-  try {
-    await body(() => backend.sync({ plans, previous: [], changed: new Set(), full: true }), state);
-  } finally {
-    await state.remove();
-  }
-}
-
 Deno.test({
   ignore: typeof tools === "string",
-  name: "kernelspace (pwsh): a remote endpoint HNS refuses does not take its service down, " +
-    "and joins it once HNS takes it",
+  name: "kernelspace (pwsh): a remote endpoint HNS refuses and a local one it does not hold " +
+    "yet do not take their service down, and join it once HNS has them",
   async fn() {
     if (typeof tools === "string") return;
     const refused = remoteEndpointId("10.244.2.7");
     const document = seed({ faults: [{ function: "HcnCreateEndpoint", id: refused }] });
-    await withBackend(tools, document, async (sync, state) => {
-      await rejects(sync(), HnsSyncError);
+    const state = await HcnState.create(document);
+    const config = testConfig({ proxyMode: "kernelspace" });
+    config.winkernel.networkName = "cbr0";
+    const backend = createWindowsBackend({
+      executor: state.executor(tools),
+      config,
+      powershell: "pwsh",
+    });
+    const endpoints = [
+      endpoint("10.244.1.5", 8080, true),
+      endpoint("10.244.1.6", 8080, true),
+      endpoint("10.244.2.7", 8080),
+      endpoint("10.244.2.8", 8080),
+    ];
+    const traffic = { endpoints, whenEmpty: "reject" as const, reason: "all ready endpoints" };
+    const plans = [planOf([servicePort({ internal: traffic, external: traffic })])];
+    const sync = () => backend.sync({ plans, previous: [], changed: new Set(), full: true });
+    try {
+      await rejects(sync(), (error: Error) => {
+        ok(error instanceof HnsSyncError, String(error));
+        assertEquals(error.errors.map((e) => e.id).sort(), ["10.244.1.6", refused]);
+        return true;
+      });
       let hcn = new HcnView(await state.read());
-      assertEquals(hcn.backends(hcn.lb("10.96.0.10", 80)), ["10.244.1.5 local"]);
+      assertEquals(hcn.backends(hcn.lb("10.96.0.10", 80)), [
+        "10.244.1.5 local",
+        "10.244.2.8 remote",
+      ]);
+      await state.update((d) =>
+        d.endpoints.push({
+          ID: "C0C0C0C0-0000-4000-8000-000000000106",
+          HostComputeNetwork: NETWORK.toUpperCase(),
+          IpConfigurations: [{ IpAddress: "10.244.1.6", PrefixLength: 24 }],
+          Flags: 0,
+        })
+      );
       await sync();
       hcn = new HcnView(await state.read());
       assertEquals(hcn.backends(hcn.lb("10.96.0.10", 80)), [
         "10.244.1.5 local",
+        "10.244.1.6 local",
         "10.244.2.7 remote",
+        "10.244.2.8 remote",
       ]);
-    });
-  },
-});
-
-Deno.test({
-  ignore: typeof tools === "string",
-  name: "kernelspace (pwsh): a local endpoint HNS does not hold yet joins its load balancer " +
-    "once the CNI plugin creates it",
-  async fn() {
-    if (typeof tools === "string") return;
-    const document = seed();
-    const pod = document.endpoints.shift()!;
-    await withBackend(tools, document, async (sync, state) => {
-      await rejects(sync(), /10\.244\.1\.5/);
-      let hcn = new HcnView(await state.read());
-      assertEquals(hcn.backends(hcn.lb("10.96.0.10", 80)), ["10.244.2.7 remote"]);
-      await state.update((d) => d.endpoints.push(pod));
-      await sync();
-      hcn = new HcnView(await state.read());
-      assertEquals(hcn.backends(hcn.lb("10.96.0.10", 80)), [
-        "10.244.1.5 local",
-        "10.244.2.7 remote",
-      ]);
-    });
+    } finally {
+      await state.remove();
+    }
   },
 });
