@@ -273,7 +273,9 @@ export class StandInExecutor implements Executor {
 
   run(command: Command): Promise<CommandResult> {
     if (command.program !== "pwsh") {
-      throw new Error(`Cannot run "${command.program}": the HCN stand-in runs only pwsh`);
+      return Promise.reject(
+        new Error(`Cannot run "${command.program}": the HCN stand-in runs only pwsh`),
+      );
     }
     this.scripts.push(typeof command.stdin === "string" ? command.stdin : "");
     return this.#real.run({
