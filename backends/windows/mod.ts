@@ -88,6 +88,8 @@ class WindowsBackend implements Backend {
   /** Ids of kproxy's load balancers and remote endpoints believed to exist in HNS. */
   #loadBalancers = new Set<string>();
   #endpoints = new Set<string>();
+  /** Load balancers in HNS that lack some of their endpoints: replaced once those exist. */
+  readonly #incomplete = new Set<string>();
   readonly #warned = new Set<string>();
   #needFull = true;
 
@@ -113,11 +115,16 @@ class WindowsBackend implements Backend {
       this.#endpoints = new Set(listing.endpointIds.filter(isKproxyId));
     }
     const changes = diffHns(
-      { loadBalancers: this.#loadBalancers, endpoints: this.#endpoints },
+      {
+        loadBalancers: this.#loadBalancers,
+        endpoints: this.#endpoints,
+        incomplete: this.#incomplete,
+      },
       desired,
     );
     const count = changes.createLoadBalancers.length + changes.deleteLoadBalancers.length +
-      changes.createEndpoints.length + changes.deleteEndpoints.length;
+      changes.createEndpoints.length + changes.deleteEndpoints.length +
+      (changes.replaceLoadBalancers?.length ?? 0);
     if (count > 0) await this.#apply(changes);
     this.#needFull = false;
     return {
@@ -190,34 +197,56 @@ class WindowsBackend implements Backend {
     for (const id of reply.deleted) {
       this.#loadBalancers.delete(id);
       this.#endpoints.delete(id);
+      this.#incomplete.delete(id);
     }
     for (const id of reply.createdEndpoints) this.#endpoints.add(id);
-    for (const id of reply.createdLoadBalancers) this.#loadBalancers.add(id);
-    if (reply.missingLocal.length > 0) {
-      logger.info("No local HNS endpoint yet for {ips}; their load balancers wait", {
-        ips: reply.missingLocal,
-      });
+    for (const id of reply.createdLoadBalancers) {
+      this.#loadBalancers.add(id);
+      this.#incomplete.delete(id);
     }
-    if (reply.errors.length > 0) throw new HnsSyncError(reply.errors);
+    for (const id of reply.incomplete) {
+      this.#loadBalancers.add(id);
+      this.#incomplete.add(id);
+    }
+    const problems = [
+      ...reply.errors,
+      ...[...new Set(reply.missingLocal)].map((ip) => ({
+        id: ip,
+        error: "no HNS endpoint for this local endpoint yet; its load balancers wait for it",
+      })),
+    ];
+    for (const { id, error } of problems) {
+      logger.warn("HNS could not take {id}: {error}", { id, error });
+    }
+    // Retried with the runner's backoff, so the missing parts join as soon as HNS takes them.
+    if (problems.length > 0) throw new HnsSyncError(problems);
   }
 }
 
 /**
  * The HNS changes that turn the objects kproxy owns (`current`, by id) into
  * `desired`. Pure. Ids are content-derived, so a changed object is one
- * deletion and one creation.
+ * deletion and one creation; a wanted load balancer that HNS holds without
+ * some of its endpoints (`incomplete`) is to be replaced.
  */
 export function diffHns(
-  current: { loadBalancers: ReadonlySet<string>; endpoints: ReadonlySet<string> },
+  current: {
+    loadBalancers: ReadonlySet<string>;
+    endpoints: ReadonlySet<string>;
+    incomplete?: ReadonlySet<string>;
+  },
   desired: { loadBalancers: LoadBalancerSpec[]; remoteEndpoints: RemoteEndpointSpec[] },
 ): HnsChanges {
   const wantedLbs = new Set(desired.loadBalancers.map((lb) => lb.id));
   const wantedEps = new Set(desired.remoteEndpoints.map((ep) => ep.id));
+  const incomplete = (id: string) =>
+    current.loadBalancers.has(id) && (current.incomplete?.has(id) ?? false);
   return {
     deleteLoadBalancers: [...current.loadBalancers].filter((id) => !wantedLbs.has(id)).sort(),
     deleteEndpoints: [...current.endpoints].filter((id) => !wantedEps.has(id)).sort(),
     createEndpoints: desired.remoteEndpoints.filter((ep) => !current.endpoints.has(ep.id)),
     createLoadBalancers: desired.loadBalancers.filter((lb) => !current.loadBalancers.has(lb.id)),
+    replaceLoadBalancers: desired.loadBalancers.filter((lb) => incomplete(lb.id)),
   };
 }
 

@@ -57,6 +57,11 @@ export interface HnsChanges {
   deleteEndpoints: string[];
   createEndpoints: RemoteEndpointSpec[];
   createLoadBalancers: LoadBalancerSpec[];
+  /**
+   * Load balancers in HNS that lack some of their endpoints: each is deleted and
+   * created again once all its endpoints exist, and left as it is until then.
+   */
+  replaceLoadBalancers?: LoadBalancerSpec[];
 }
 
 /** What a sync script reports (its last output line). */
@@ -68,6 +73,8 @@ export interface HnsSyncReply {
   skipped: string[];
   /** Local endpoint IPs with no HNS endpoint on the network. */
   missingLocal: string[];
+  /** Load balancers in HNS without some of their endpoints (created so, or left so). */
+  incomplete: string[];
   errors: { id: string; error: string }[];
 }
 
@@ -148,7 +155,7 @@ public static class Hcn {
 '@
 }
 $KpQuery = '{"SchemaVersion":{"Major":2,"Minor":0},"Flags":0}'
-$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); errors = @() }
+$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); incomplete = @(); errors = @() }
 function ConvertFrom-KpList([string] $Text) { if ($Text -eq '') { return }; $items = ConvertFrom-Json $Text; foreach ($item in $items) { $item } }
 function Get-KpLoadBalancers { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateLoadBalancers($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryLoadBalancer([string]$id, $KpQuery)) } }
 function Get-KpEndpoints { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateEndpoints($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryEndpoint([string]$id, $KpQuery)) } }
@@ -181,12 +188,21 @@ function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
+    $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds) {
-  $endpointIds = @($RemoteIds)
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+  $endpointIds = @()
+  $missing = $false
+  foreach ($remoteId in $RemoteIds) {
+    if ($KpRemoteIds.ContainsKey($remoteId)) { $endpointIds += $remoteId } else { $missing = $true }
+  }
   foreach ($ip in $LocalIps) {
-    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip }
+    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  if ($Replace) {
+    if ($missing) { $KpResult.incomplete += $Id; return }
+    try { [KProxy.Hcn]::DeleteLoadBalancer($Id) } catch { $KpResult.incomplete += $Id; $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message }; return }
   }
   if ($endpointIds.Count -eq 0) { $KpResult.skipped += $Id; return }
   $mapping = [ordered]@{ Protocol = $Protocol; InternalPort = $InternalPort; ExternalPort = $ExternalPort; DistributionType = $Distribution; Flags = $PortFlags }
@@ -194,12 +210,18 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   if ($SourceVip -eq '') { $settings.Remove('SourceVIP') }
   try {
     [KProxy.Hcn]::CreateLoadBalancer($Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
-    $KpResult.createdLoadBalancers += $Id
-  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+    if ($missing) { $KpResult.incomplete += $Id } else { $KpResult.createdLoadBalancers += $Id }
+  } catch {
+    if ($Replace) { $KpResult.deleted += $Id }
+    $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message }
+  }
 }
 `;
 
-/** Resolves the network, its overlay remote subnets and its local endpoints by IP. */
+/**
+ * Resolves the network, its overlay remote subnets, its local endpoints by IP
+ * and its remote endpoints by id (hashtable keys ignore case, as HNS ids do).
+ */
 function networkSection(networkName: string): string {
   return `$KpNetworkName = ${psQuote(networkName)}
 $KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
@@ -215,8 +237,10 @@ if ($KpNetwork.PSObject.Properties['Policies']) {
   }
 }
 $KpLocalIds = @{}
+$KpRemoteIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
-  if ($ep.HostComputeNetwork -ne $KpNetworkId -or ($ep.Flags -band 1) -ne 0) { continue }
+  if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
+  if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
 }
 `;
@@ -235,9 +259,13 @@ ConvertTo-Json -Compress -Depth 8 -InputObject $KpList
 
 /**
  * Renders the script applying `changes`: delete load balancers, then
- * endpoints, create remote endpoints, then load balancers. Each step that
- * fails is reported in `errors`; the script itself only fails when the
- * network cannot be found or the HCN shim cannot load.
+ * endpoints, create remote endpoints, then load balancers. A load balancer is
+ * created with those of its endpoints that exist, and reported `incomplete`
+ * when some are missing (a remote endpoint HNS refused, a local one the CNI
+ * plugin has not created yet); one to replace is deleted and created again
+ * only once all its endpoints exist. Each step that fails is reported in
+ * `errors`; the script itself only fails when the network cannot be found or
+ * the HCN shim cannot load.
  *
  * @throws {TypeError} or {RangeError} on a value that is not a GUID, IP, MAC or in range
  */
@@ -256,7 +284,11 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
         `-Mac ${psQuote(ep.mac)}`,
     );
   }
-  for (const lb of changes.createLoadBalancers) {
+  const creations = [
+    ...changes.createLoadBalancers.map((lb) => ({ lb, replace: false })),
+    ...(changes.replaceLoadBalancers ?? []).map((lb) => ({ lb, replace: true })),
+  ];
+  for (const { lb, replace } of creations) {
     const local = lb.backends.filter((b) => b.isLocal).map((b) => checkIp(b.ip));
     const remote = lb.backends.filter((b) => !b.isLocal).map((b) => checkGuid(b.remoteEndpointId));
     lines.push(
@@ -273,10 +305,11 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
         `-SourceVip ${psQuote(lb.sourceVip === "" ? "" : checkIp(lb.sourceVip))}`,
         `-LocalIps ${psArray(local)}`,
         `-RemoteIds ${psArray(remote)}`,
+        ...(replace ? ["-Replace"] : []),
       ].join(" "),
     );
   }
-  const needsNetwork = changes.createEndpoints.length > 0 || changes.createLoadBalancers.length > 0;
+  const needsNetwork = changes.createEndpoints.length > 0 || creations.length > 0;
   return [
     PROLOGUE,
     needsNetwork ? networkSection(options.networkName) : "",
@@ -308,6 +341,7 @@ export function parseSyncReply(stdout: string): HnsSyncReply {
     deleted: list("deleted"),
     skipped: list("skipped"),
     missingLocal: list("missingLocal"),
+    incomplete: list("incomplete"),
     errors: (Array.isArray(errors) ? errors : [errors]).map((item) => ({
       id: String(item?.id ?? ""),
       error: String(item?.error ?? ""),

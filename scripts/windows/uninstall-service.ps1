@@ -1,6 +1,7 @@
 <#
 .SYNOPSIS
-Stops and removes the kproxy Windows service, and optionally the HNS objects kproxy created.
+Stops and removes the kproxy Windows service, its service host and its log, and optionally
+the HNS objects kproxy created.
 
 .EXAMPLE
 .\uninstall-service.ps1 -Cleanup
@@ -13,7 +14,11 @@ param(
   # Run `kproxy.exe --cleanup --proxy-mode=kernelspace` after removing the service:
   # deletes every HNS load balancer and remote endpoint kproxy created.
   [switch] $Cleanup,
-  [string] $ConfigPath = ''
+  [string] $ConfigPath = '',
+  # The log file install-service.ps1 was given; removed with its directory when that is empty.
+  [string] $LogPath = (Join-Path $env:ProgramData 'kproxy\kproxy.log'),
+  # Keep the log file.
+  [switch] $KeepLog
 )
 
 $ErrorActionPreference = 'Stop'
@@ -38,4 +43,12 @@ if ($Cleanup) {
   & $BinaryPath @arguments
   if ($LASTEXITCODE -ne 0) { throw "kproxy --cleanup failed (exit $LASTEXITCODE)" }
   Write-Host 'Removed kproxy HNS load balancers and remote endpoints'
+}
+
+if (-not $KeepLog) {
+  if (Test-Path -LiteralPath $LogPath) { Remove-Item -LiteralPath $LogPath -Force }
+  $logDirectory = Split-Path -Parent $LogPath
+  if ((Test-Path -LiteralPath $logDirectory) -and -not (Get-ChildItem -LiteralPath $logDirectory -Force)) {
+    Remove-Item -LiteralPath $logDirectory -Force
+  }
 }

@@ -1,5 +1,10 @@
 import { deepStrictEqual as assertEquals, ok, rejects, throws } from "node:assert/strict";
-import { createWindowsBackend, HnsSyncError, POWERSHELL_ARGS } from "../../backends/windows/mod.ts";
+import {
+  createWindowsBackend,
+  diffHns,
+  HnsSyncError,
+  POWERSHELL_ARGS,
+} from "../../backends/windows/mod.ts";
 import {
   conjureMac,
   DISTRIBUTION,
@@ -261,4 +266,21 @@ Deno.test("renderWindows() creates no load balancer without endpoints", () => {
 Deno.test("conjureMac() derives upstream's 02-11 MAC from IPv4 and IPv6 addresses", () => {
   assertEquals(conjureMac("10.244.2.7"), "02-11-0a-f4-02-07");
   assertEquals(conjureMac("fd00:244::1:2:3:4"), "02-11-04-00-03-00");
+});
+
+Deno.test("diffHns() replaces a wanted load balancer HNS holds incomplete, deletes an unwanted one", () => {
+  const desired = renderWindows(SCENARIOS.nodeport!);
+  const [kept, other] = desired.loadBalancers;
+  const changes = diffHns(
+    {
+      loadBalancers: new Set([kept!.id, STALE_LB]),
+      endpoints: new Set(desired.remoteEndpoints.map((ep) => ep.id)),
+      incomplete: new Set([kept!.id, STALE_LB]),
+    },
+    desired,
+  );
+  assertEquals(changes.replaceLoadBalancers?.map((lb) => lb.id), [kept!.id]);
+  assertEquals(changes.deleteLoadBalancers, [STALE_LB]);
+  assertEquals(changes.createLoadBalancers.map((lb) => lb.id), [other!.id]);
+  assertEquals(changes.createEndpoints, []);
 });

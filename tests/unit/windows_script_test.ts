@@ -6,7 +6,6 @@ import {
   parseListReply,
   parseSyncReply,
   psQuote,
-  renderListScript,
   renderSyncScript,
 } from "../../backends/windows/script.ts";
 import { planOf, SCENARIOS, servicePort } from "../golden/ipvs/plans.ts";
@@ -195,89 +194,5 @@ Deno.test("parseListReply() lower-cases ids and rejects items without one", () =
   throws(() => parseListReply('{"loadBalancers":[{}]}'), /has no ID/);
 });
 
-// ---- Optional: parse the scripts with tree-sitter-powershell (no pwsh on Linux here). ----
-
-const parserArg = Deno.args.find((arg) => arg.startsWith("--ps-parser="));
-const parserDir = parserArg?.slice("--ps-parser=".length) ??
-  new URL("../../.tools/ps-parser/", import.meta.url).pathname;
-
-async function loadParser() {
-  try {
-    const mod = await import(`file://${parserDir}/node_modules/web-tree-sitter/web-tree-sitter.js`);
-    await mod.Parser.init();
-    const wasm = await Deno.readFile(
-      `${parserDir}/node_modules/tree-sitter-powershell/tree-sitter-powershell.wasm`,
-    );
-    const parser = new mod.Parser();
-    parser.setLanguage(await mod.Language.load(wasm));
-    return parser;
-  } catch {
-    return undefined;
-  }
-}
-
-const parser = await loadParser();
-if (!parser) {
-  console.log(
-    `PowerShell parse check skipped: no tree-sitter-powershell under ${parserDir} ` +
-      "(npm install --prefix .tools/ps-parser tree-sitter-powershell@0.26.4 web-tree-sitter@0.27.1)",
-  );
-}
-
-// deno-lint-ignore no-explicit-any
-function syntaxErrors(script: string): string[] {
-  const errors: string[] = [];
-  // deno-lint-ignore no-explicit-any
-  const walk = (node: any) => {
-    if (node.type === "ERROR" || node.isMissing) {
-      errors.push(`${node.type} at ${node.startPosition.row + 1}: ${node.text.slice(0, 60)}`);
-    }
-    for (const child of node.children) walk(child);
-  };
-  walk(parser.parse(script).rootNode);
-  return errors;
-}
-
-// deno-lint-ignore no-explicit-any
-function commandNames(script: string): string[] {
-  const names: string[] = [];
-  // deno-lint-ignore no-explicit-any
-  const walk = (node: any) => {
-    if (node.type === "command_name") names.push(node.text);
-    for (const child of node.children) walk(child);
-  };
-  walk(parser.parse(script).rootNode);
-  return names;
-}
-
-Deno.test({
-  name: "renderSyncScript() output parses as PowerShell without errors (tree-sitter)",
-  ignore: !parser,
-  fn: async (t) => {
-    await t.step("list script", () => assertEquals(syntaxErrors(renderListScript()), []));
-    for (const [name, plan] of Object.entries(SCENARIOS)) {
-      await t.step(name, () => {
-        const changes = diffHns(
-          { loadBalancers: new Set(), endpoints: new Set() },
-          renderWindows(plan, { dsr: true, sourceVip: plan.family === "IPv4" ? "10.244.1.2" : "" }),
-        );
-        assertEquals(syntaxErrors(renderSyncScript(changes, { networkName: "cbr0" })), []);
-      });
-    }
-  },
-});
-
-Deno.test({
-  name: "renderSyncScript() hostile names run no extra command (tree-sitter)",
-  ignore: !parser,
-  fn: async (t) => {
-    const benign = commandNames(renderSyncScript(changesFor(), { networkName: "cbr0" }));
-    for (const name of HOSTILE) {
-      await t.step(JSON.stringify(name), () => {
-        const script = renderSyncScript(changesFor(), { networkName: name });
-        assertEquals(syntaxErrors(script), []);
-        assertEquals(commandNames(script), benign);
-      });
-    }
-  },
-});
+// PowerShell's own parser checks these scripts (syntax, 5.1 compatibility, hostile names):
+// tests/windows/powershell_parse_test.ts.

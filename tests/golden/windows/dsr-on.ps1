@@ -13,8 +13,10 @@ if ($KpNetwork.PSObject.Properties['Policies']) {
   }
 }
 $KpLocalIds = @{}
+$KpRemoteIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
-  if ($ep.HostComputeNetwork -ne $KpNetworkId -or ($ep.Flags -band 1) -ne 0) { continue }
+  if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
+  if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
 }
 

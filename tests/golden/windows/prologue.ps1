@@ -68,7 +68,7 @@ public static class Hcn {
 '@
 }
 $KpQuery = '{"SchemaVersion":{"Major":2,"Minor":0},"Flags":0}'
-$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); errors = @() }
+$KpResult = [ordered]@{ createdLoadBalancers = @(); createdEndpoints = @(); deleted = @(); skipped = @(); missingLocal = @(); incomplete = @(); errors = @() }
 function ConvertFrom-KpList([string] $Text) { if ($Text -eq '') { return }; $items = ConvertFrom-Json $Text; foreach ($item in $items) { $item } }
 function Get-KpLoadBalancers { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateLoadBalancers($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryLoadBalancer([string]$id, $KpQuery)) } }
 function Get-KpEndpoints { foreach ($id in (ConvertFrom-KpList ([KProxy.Hcn]::EnumerateEndpoints($KpQuery)))) { ConvertFrom-Json ([KProxy.Hcn]::QueryEndpoint([string]$id, $KpQuery)) } }
@@ -101,12 +101,21 @@ function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
+    $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds) {
-  $endpointIds = @($RemoteIds)
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+  $endpointIds = @()
+  $missing = $false
+  foreach ($remoteId in $RemoteIds) {
+    if ($KpRemoteIds.ContainsKey($remoteId)) { $endpointIds += $remoteId } else { $missing = $true }
+  }
   foreach ($ip in $LocalIps) {
-    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip }
+    if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  if ($Replace) {
+    if ($missing) { $KpResult.incomplete += $Id; return }
+    try { [KProxy.Hcn]::DeleteLoadBalancer($Id) } catch { $KpResult.incomplete += $Id; $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message }; return }
   }
   if ($endpointIds.Count -eq 0) { $KpResult.skipped += $Id; return }
   $mapping = [ordered]@{ Protocol = $Protocol; InternalPort = $InternalPort; ExternalPort = $ExternalPort; DistributionType = $Distribution; Flags = $PortFlags }
@@ -114,6 +123,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   if ($SourceVip -eq '') { $settings.Remove('SourceVIP') }
   try {
     [KProxy.Hcn]::CreateLoadBalancer($Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
-    $KpResult.createdLoadBalancers += $Id
-  } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+    if ($missing) { $KpResult.incomplete += $Id } else { $KpResult.createdLoadBalancers += $Id }
+  } catch {
+    if ($Replace) { $KpResult.deleted += $Id }
+    $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message }
+  }
 }

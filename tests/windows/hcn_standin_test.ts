@@ -1,0 +1,229 @@
+/**
+ * The HCN stand-in through kproxy's own C# shim in PowerShell 7: every
+ * settings document is checked against the HCN v2 schema, and unknown fields,
+ * wrong types, null, out-of-range values and references to missing objects are
+ * refused with an HRESULT and an HNS error record, so a schema mistake in
+ * kproxy cannot pass the suite.
+ *
+ * @module
+ */
+
+import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
+import { PROLOGUE } from "../../backends/windows/script.ts";
+import { HcnState, type HcnStateDocument, pwshTools, runPwsh } from "./hcn.ts";
+
+const tools = await pwshTools();
+
+const NETWORK = "11111111-2222-3333-4444-555555555555";
+const POD = "aaaaaaaa-0000-0000-0000-000000000001";
+const LB = "6b70726f-0001-0000-0000-000000000001";
+
+function seed(): HcnStateDocument {
+  return {
+    networks: [{ ID: NETWORK, Name: "cbr0", Type: "L2Bridge" }],
+    endpoints: [{
+      ID: POD.toUpperCase(),
+      Name: "pod",
+      HostComputeNetwork: NETWORK,
+      IpConfigurations: [{ IpAddress: "10.244.1.5", PrefixLength: 24 }],
+      Flags: 0,
+    }],
+    loadBalancers: [],
+  };
+}
+
+/** A valid load balancer document, changed by `edit`. */
+function lbSettings(edit: (settings: Record<string, any>) => void = () => {}): string {
+  const settings: Record<string, any> = {
+    SchemaVersion: { Major: 2, Minor: 0 },
+    HostComputeEndpoints: [POD],
+    FrontendVIPs: ["10.96.0.10"],
+    PortMappings: [{
+      Protocol: 6,
+      InternalPort: 8080,
+      ExternalPort: 80,
+      DistributionType: 0,
+      Flags: 0,
+    }],
+    Flags: 0,
+  };
+  edit(settings);
+  return JSON.stringify(settings);
+}
+
+function endpointSettings(edit: (settings: Record<string, any>) => void = () => {}): string {
+  const settings: Record<string, any> = {
+    SchemaVersion: { Major: 2, Minor: 0 },
+    Name: "kproxy-remote-10.244.2.7",
+    IpConfigurations: [{ IpAddress: "10.244.2.7" }],
+    MacAddress: "02-11-0a-f4-02-07",
+    Flags: 1,
+    Policies: [],
+  };
+  edit(settings);
+  return JSON.stringify(settings);
+}
+
+const q = (text: string) => `'${text.replaceAll("'", "''")}'`;
+
+/** Each case is one shim call; the script reports `ok` or the exception message. */
+const CASES: Record<string, string> = {
+  "unknown field": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.PortMappings[0].Weight = 1)))
+  })`,
+  "unknown top-level field": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.HostComputeEndpoint = [POD])))
+  })`,
+  "port as a string": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.PortMappings[0].InternalPort = "8080")))
+  })`,
+  "port out of range": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.PortMappings[0].ExternalPort = 70000)))
+  })`,
+  "null source VIP": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.SourceVIP = null)))
+  })`,
+  "unknown load balancer flag": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.Flags = 4)))
+  })`,
+  "VIPs as a string": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.FrontendVIPs = "10.96.0.10")))
+  })`,
+  "bad VIP": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.FrontendVIPs = ["10.96.0.300"])))
+  })`,
+  "IPv6 VIP without the IPv6 flag": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.FrontendVIPs = ["fd00:96::10"])))
+  })`,
+  "zero internal port": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.PortMappings[0].InternalPort = 0)))
+  })`,
+  "no schema version": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => delete s.SchemaVersion))
+  })`,
+  "missing endpoint": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.HostComputeEndpoints = ["6b70726f-0002-0000-0000-00000000dead"])))
+  })`,
+  "not JSON": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, '{"SchemaVersion":')`,
+  "missing network": `[KProxy.Hcn]::CreateEndpoint('99999999-0000-0000-0000-000000000000', ${
+    q("6b70726f-0002-0000-0000-000000000002")
+  }, ${q(endpointSettings())})`,
+  "unknown policy type": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
+    q("6b70726f-0002-0000-0000-000000000002")
+  }, ${q(endpointSettings((s) => (s.Policies = [{ Type: "Magic", Settings: {} }])))})`,
+  "unknown provider address field": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
+    q("6b70726f-0002-0000-0000-000000000002")
+  }, ${
+    q(endpointSettings((s) =>
+      s.Policies = [{ Type: "ProviderAddress", Settings: { PA: "192.168.0.2" } }]
+    ))
+  })`,
+  "bad MAC": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
+    q("6b70726f-0002-0000-0000-000000000002")
+  }, ${q(endpointSettings((s) => (s.MacAddress = "02:11:0a:f4:02:07")))})`,
+  "valid load balancer": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${q(lbSettings())})`,
+  "same frontend twice":
+    `[KProxy.Hcn]::CreateLoadBalancer('6b70726f-0001-0000-0000-000000000002', ${q(lbSettings())})`,
+  "same id twice": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${
+    q(lbSettings((s) => (s.FrontendVIPs = ["10.96.0.11"])))
+  })`,
+  "endpoint still referenced": `[KProxy.Hcn]::DeleteEndpoint(${q(POD)})`,
+  "missing load balancer":
+    `[KProxy.Hcn]::DeleteLoadBalancer('6b70726f-0001-0000-0000-00000000dead')`,
+  "valid remote endpoint with a non-ASCII name": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
+    q("6b70726f-0002-0000-0000-000000000002")
+  }, ${q(endpointSettings((s) => (s.Name = "kproxy-r\u00e9mote-\u{1F600}")))})`,
+};
+
+function script(): string {
+  const calls = Object.entries(CASES).map(([name, call]) =>
+    `try { ${call}; $KpOut[${q(name)}] = 'ok' } catch { $KpOut[${q(name)}] = $_.Exception.Message }`
+  );
+  return `${PROLOGUE}
+$KpOut = [ordered]@{}
+${calls.join("\n")}
+$KpOut['networks by name'] = [KProxy.Hcn]::EnumerateNetworks('{"SchemaVersion":{"Major":2,"Minor":0},"Flags":0,"Filter":"{\\"Name\\":\\"cbr0\\"}"}')
+$KpOut['networks by other name'] = [KProxy.Hcn]::EnumerateNetworks('{"SchemaVersion":{"Major":2,"Minor":0},"Filter":"{\\"Name\\":\\"other\\"}"}')
+try { [KProxy.Hcn]::EnumerateNetworks('{"SchemaVersion":{"Major":2,"Minor":0},"Filters":""}') } catch { $KpOut['query with an unknown field'] = $_.Exception.Message }
+$KpOut['load balancer'] = [KProxy.Hcn]::QueryLoadBalancer(${q(LB)}, $KpQuery)
+$KpOut['remote endpoint'] = [KProxy.Hcn]::QueryEndpoint('6B70726F-0002-0000-0000-000000000002', $KpQuery)
+ConvertTo-Json -Compress -InputObject $KpOut
+`;
+}
+
+const HR = {
+  invalidJson: "0x803B001B",
+  invalidIp: "0x803B001E",
+  endpointNotFound: "0x803B0002",
+  networkNotFound: "0x803B0001",
+  invalidPolicyType: "0x803B000E",
+  portExists: "0x803B0013",
+  alreadyExists: "0x800700B7",
+  hasReferences: "0x803B002C",
+  notFound: "0x80070490",
+  invalidInternalPort: "0x803B002D",
+};
+
+Deno.test({
+  name: "HCN stand-in (pwsh): refuses what HNS refuses and keeps what it accepts",
+  ignore: typeof tools === "string",
+  async fn() {
+    if (typeof tools === "string") return;
+    const state = await HcnState.create(seed());
+    try {
+      const result = await runPwsh(tools, script(), { state });
+      assertEquals(result.code, 0, result.stderr);
+      const out = JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+      const refused: Record<string, [string, RegExp]> = {
+        "unknown field": [HR.invalidJson, /PortMappings\[0\]\.Weight: unknown field/],
+        "unknown top-level field": [HR.invalidJson, /HostComputeEndpoint: unknown field/],
+        "port as a string": [HR.invalidJson, /InternalPort: expected an unsigned integer/],
+        "port out of range": [HR.invalidJson, /70000 is out of range 0\.\.65535/],
+        "null source VIP": [HR.invalidJson, /SourceVIP: expected an IP address/],
+        "unknown load balancer flag": [HR.invalidJson, /Flags: 4 sets flags outside 0x3/],
+        "VIPs as a string": [HR.invalidJson, /FrontendVIPs: expected an array/],
+        "bad VIP": [HR.invalidIp, /FrontendVIPs\[0\]/],
+        "IPv6 VIP without the IPv6 flag": [HR.invalidIp, /does not match the IPv6 flag/],
+        "zero internal port": [HR.invalidInternalPort, /internal port/],
+        "no schema version": [HR.invalidJson, /SchemaVersion must be 2/],
+        "missing endpoint": [HR.endpointNotFound, /6b70726f-0002-0000-0000-00000000dead/],
+        "not JSON": [HR.invalidJson, /unexpected end/],
+        "missing network": [HR.networkNotFound, /network was not found/],
+        "unknown policy type": [HR.invalidPolicyType, /unknown policy Type/],
+        "unknown provider address field": [HR.invalidJson, /Settings\.PA: unknown field/],
+        "bad MAC": [HR.invalidJson, /MacAddress/],
+        "same frontend twice": [HR.portExists, /port already exists/],
+        "same id twice": [HR.alreadyExists, /already exists/],
+        "endpoint still referenced": [HR.hasReferences, /still has references/],
+        "missing load balancer": [HR.notFound, /Element not found/],
+        "query with an unknown field": [HR.invalidJson, /Filters: unknown field/],
+      };
+      for (const [name, [hresult, detail]] of Object.entries(refused)) {
+        const message = String(out[name]);
+        ok(message.includes(`(${hresult}): {"Success":false,"Error":"`), `${name}: ${message}`);
+        ok(detail.test(message), `${name}: ${message}`);
+        const record = JSON.parse(
+          message.slice(message.indexOf("{"), message.lastIndexOf("}") + 1),
+        );
+        assertEquals(record.ErrorCode, parseInt(hresult, 16), name);
+      }
+      assertEquals(out["valid load balancer"], "ok");
+      assertEquals(out["valid remote endpoint with a non-ASCII name"], "ok");
+      assertEquals(JSON.parse(out["networks by name"]), [NETWORK.toUpperCase()]);
+      assertEquals(JSON.parse(out["networks by other name"]), []);
+      const lb = JSON.parse(out["load balancer"]);
+      assertEquals(lb.ID, LB.toUpperCase());
+      assertEquals(lb.FrontendVIPs, ["10.96.0.10"]);
+      const remote = JSON.parse(out["remote endpoint"]);
+      assertEquals(remote.Name, "kproxy-r\u00e9mote-\u{1F600}");
+      assertEquals(remote.HostComputeNetwork, NETWORK.toUpperCase());
+
+      const after = await state.read();
+      assertEquals(after.loadBalancers.map((b) => b.ID), [LB.toUpperCase()]);
+      assertEquals(after.endpoints.length, 2, "only the valid remote endpoint was added");
+      assertEquals(after.openHandles ?? 0, 0, "the shim closed every handle it opened");
+    } finally {
+      await state.remove();
+    }
+  },
+});
