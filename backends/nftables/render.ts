@@ -1200,9 +1200,19 @@ function diffAddressSet(
   for (const [key, element] of next) if (!old.has(key)) tx.add(element);
 }
 
-/** Renders `delete table` for a family (for cleanup). */
+/**
+ * Renders the removal of a table of a family whether it exists or not
+ * (`add table` is a no-op on an existing one, then `delete table`), so it can
+ * join a transaction without making it fail.
+ */
 export function renderDeleteTable(family: IpFamily, table = DEFAULT_TABLE): Transaction {
   const tx = new Transaction(tableRef(family, table));
+  tx.add(new Table());
   tx.delete(new Table());
   return tx;
+}
+
+/** Parses `nft list tables` output into `family table` pairs, e.g. `ip kube-proxy`. */
+export function parseTableList(text: string): string[] {
+  return [...text.matchAll(/^table (\S+) (\S+)/gm)].map((match) => `${match[1]} ${match[2]}`);
 }

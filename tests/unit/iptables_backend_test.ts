@@ -280,32 +280,6 @@ Deno.test("createIptablesBackend() checkDrift() reports a missing canary chain",
   assert.equal(await backend.checkDrift!(), true);
 });
 
-Deno.test("createIptablesBackend() cleanup() removes owned chains of every variant and family present", async () => {
-  const natSave = [
-    "*nat",
-    ":PREROUTING ACCEPT [0:0]",
-    ":KUBE-SERVICES - [0:0]",
-    '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
-    "COMMIT",
-  ].join("\n");
-  const executor = new FakeExecutor((command) => {
-    if (command.program.startsWith("ip6tables-legacy")) throw new Error("not installed");
-    if (command.program.endsWith("-save")) {
-      return { code: 0, stdout: command.args[1] === "nat" ? natSave : "", stderr: "" };
-    }
-    return { code: 0, stdout: "", stderr: "" };
-  });
-  const backend = createIptablesBackend({ executor, config: config(), families: ["IPv4"] });
-  await backend.cleanup();
-  const restored = restores(executor.calls);
-  assert.deepEqual(restored.map((call) => call.program), [
-    "iptables-nft-restore",
-    "ip6tables-nft-restore",
-    "iptables-legacy-restore",
-  ]);
-  assert.match(restored[0]!.stdin ?? "", /-D PREROUTING .* -j KUBE-SERVICES\n-X KUBE-SERVICES/);
-});
-
 Deno.test("createIptablesBackend() flushes stale UDP conntrack entries after a successful sync", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor);
