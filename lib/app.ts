@@ -8,8 +8,8 @@
 
 import { getLogger } from "@logtape/logtape";
 import denoJson from "../deno.json" with { type: "json" };
-import type { Backend } from "../backends/backend.ts";
-import { createBackend, PROXY_MODES } from "../backends/registry.ts";
+import { type Backend, ModeUnavailableError } from "../backends/backend.ts";
+import { createBackend } from "../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
@@ -18,7 +18,7 @@ import {
   helpText,
   parseCommandLine,
 } from "./config.ts";
-import type { Config, ProxyMode } from "./config_types.ts";
+import type { Config } from "./config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
@@ -36,6 +36,7 @@ import { runExplain } from "./explain.ts";
 import { formatServiceDiffs } from "./kernel_diff.ts";
 import type { ClusterState } from "./state.ts";
 import { countPlans, statusHandler, SyncHistory } from "./status.ts";
+import { cleanupEveryMode, LeftoverRemoval } from "./takeover.ts";
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -142,6 +143,10 @@ export async function main(argv: string[], options: AppOptions = {}): Promise<nu
     if (error instanceof ConfigError) {
       io.stderr(`kproxy: ${error.message}\n`);
       return 2;
+    }
+    if (error instanceof ModeUnavailableError) {
+      io.stderr(`kproxy: ${error.message}\n`);
+      return 1;
     }
     logger.fatal("kproxy failed: {error}", { error });
     io.stderr(`kproxy: ${error instanceof Error ? error.message : String(error)}\n`);
@@ -263,58 +268,26 @@ export function stableJson(value: unknown): string {
   }, 2);
 }
 
+/** `--cleanup`: removes every mode's rules, kproxy's and kube-proxy's; 1 when the configured mode's failed. */
 async function cleanup(config: Config, options: AppOptions): Promise<number> {
-  const executor = options.executor ??
-    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
-  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
-  await backend.cleanup();
-  logger.info("Removed the rules of the {mode} mode", { mode: backend.mode });
-  if (!options.backend) await cleanupOtherModes(config, options, "warn");
-  return 0;
-}
-
-/**
- * Modes whose leftovers a mode removes: switching modes must not leave the old
- * mode's rules in the packet path (seed 000). ipvs keeps the iptables rules it
- * shares chain names with; it rewrites them on its first sync.
- */
-const LEFTOVERS: Readonly<Record<ProxyMode, readonly ProxyMode[]>> = {
-  nftables: ["iptables", "ipvs"],
-  iptables: ["nftables", "ipvs"],
-  ipvs: ["nftables"],
-  kernelspace: [],
-};
-
-/** Removes what other modes left behind, best-effort. */
-async function cleanupOtherModes(
-  config: Config,
-  options: AppOptions,
-  level: "warn" | "debug",
-): Promise<void> {
-  const others = config.cleanup
-    ? PROXY_MODES.filter((mode) => mode !== config.proxyMode && mode !== "kernelspace")
-    : LEFTOVERS[config.proxyMode];
-  if (Deno.build.os === "windows") return;
-  for (const mode of others) {
-    try {
-      const other = await createBackend(mode, {
-        executor: options.executor ?? new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[mode] }),
-        config,
-      });
-      await other.cleanup();
-      logger.info("Removed the rules of the {mode} mode", { mode });
-    } catch (error) {
-      logger[level]("Cannot clean up the {mode} mode: {error}", { mode, error });
-    }
+  if (options.backend) {
+    await options.backend.cleanup();
+    return 0;
   }
+  const failed = await cleanupEveryMode({ config, executor: options.executor });
+  return failed.includes(config.proxyMode) ? 1 : 0;
 }
 
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
   const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  await backend.preflight?.();
   const source = options.source ?? await createSource(config);
-  if (!options.backend) await cleanupOtherModes(config, options, "debug");
+  // Program first, then clean: other modes' rules go once kproxy's first sync is in.
+  const leftovers = options.backend
+    ? undefined
+    : new LeftoverRemoval({ config, executor: options.executor });
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
@@ -337,7 +310,10 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     requestSync: () => runner.run(),
     serviceHealth,
     history,
-    afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
+    afterSync: async (sync) => {
+      await leftovers?.afterSync(sync);
+      if (flushConntrack) await flushStaleConntrack(executor, sync);
+    },
   });
   const runner = new BoundedFrequencyRunner({
     name: "sync-proxy-rules",

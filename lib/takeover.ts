@@ -1,0 +1,111 @@
+/**
+ * Taking over a node from another proxy (kube-proxy, or kproxy in another
+ * mode) without a gap: kproxy programs its own complete ruleset first, and
+ * only once that sync is in the kernel removes what the other modes left
+ * behind (`LEFTOVERS` in backends/registry.ts says which). `--cleanup` removes
+ * every mode's rules at once.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import { createBackend, LEFTOVERS, PROXY_MODES } from "../backends/registry.ts";
+import type { Config, ProxyMode } from "./config_types.ts";
+import { DenoExecutor, type Executor } from "./exec.ts";
+import { LINUX_PROGRAMS, MODE_PROGRAMS } from "./permissions.ts";
+
+const logger = getLogger(["kproxy", "takeover"]);
+
+/** Options for {@linkcode LeftoverRemoval}. */
+export interface LeftoverRemovalOptions {
+  config: Config;
+  /** Runs the other modes' cleanup commands. @default a DenoExecutor for every Linux mode's programs */
+  executor?: Executor;
+}
+
+/**
+ * Removes the other modes' leftovers after kproxy's first successful sync
+ * (wire {@linkcode afterSync} to the proxier's post-sync step). A mode whose
+ * removal fails is retried after the next full sync.
+ */
+export class LeftoverRemoval {
+  readonly #config: Config;
+  readonly #executor: Executor;
+  #pending: ProxyMode[];
+
+  constructor(options: LeftoverRemovalOptions) {
+    this.#config = options.config;
+    this.#executor = options.executor ?? new DenoExecutor({ allowedPrograms: LINUX_PROGRAMS });
+    this.#pending = Deno.build.os === "windows"
+      ? []
+      : [...LEFTOVERS[options.config.proxyMode].removes];
+  }
+
+  /** Modes whose leftovers are still to be removed. */
+  get pending(): readonly ProxyMode[] {
+    return this.#pending;
+  }
+
+  /** Call after every successful sync: removes what is pending after a full one. */
+  async afterSync(sync: { full: boolean }): Promise<void> {
+    if (!sync.full || this.#pending.length === 0) return;
+    const modes = this.#pending;
+    const keepChains = LEFTOVERS[this.#config.proxyMode].usesChain;
+    const failed: ProxyMode[] = [];
+    for (const mode of modes) {
+      try {
+        const other = await createBackend(mode, { executor: this.#executor, config: this.#config });
+        await other.cleanup({ keepChains });
+      } catch (error) {
+        failed.push(mode);
+        logger.warn(
+          "Cannot remove the rules the {mode} mode left behind, retrying after the next full sync: {error}",
+          {
+            mode,
+            error,
+          },
+        );
+      }
+    }
+    this.#pending = failed;
+    if (failed.length === 0) {
+      logger.debug("Leftovers of the {modes} modes checked", { modes: modes.join(", ") });
+    }
+  }
+}
+
+/** Options for {@linkcode cleanupEveryMode}. */
+export interface CleanupEveryModeOptions {
+  config: Config;
+  /** @default a DenoExecutor for every Linux mode's programs */
+  executor?: Executor;
+}
+
+/**
+ * `--cleanup`: removes the rules of every Linux mode, kproxy's and
+ * kube-proxy's, touching nothing else; the configured mode first.
+ *
+ * @returns the modes that could not be cleaned up (each logged)
+ */
+export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promise<ProxyMode[]> {
+  const { config } = options;
+  const windows = config.proxyMode === "kernelspace";
+  const executor = options.executor ??
+    new DenoExecutor({ allowedPrograms: windows ? MODE_PROGRAMS.kernelspace : LINUX_PROGRAMS });
+  const modes: ProxyMode[] = windows ? ["kernelspace"] : [
+    config.proxyMode,
+    ...PROXY_MODES.filter((m) => m !== config.proxyMode && m !== "kernelspace"),
+  ];
+  const failed: ProxyMode[] = [];
+  for (const mode of modes) {
+    try {
+      const backend = await createBackend(mode, { executor, config });
+      await backend.cleanup();
+      logger.info("Removed the rules of the {mode} mode", { mode });
+    } catch (error) {
+      failed.push(mode);
+      logger.error("Cannot clean up the {mode} mode: {error}", { mode, error });
+    }
+  }
+  return failed;
+}
