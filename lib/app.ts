@@ -36,7 +36,7 @@ import { runExplain } from "./explain.ts";
 import { formatServiceDiffs } from "./kernel_diff.ts";
 import type { ClusterState } from "./state.ts";
 import { countPlans, statusHandler, SyncHistory } from "./status.ts";
-import { cleanupEveryMode, LeftoverRemoval } from "./takeover.ts";
+import { cleanupEveryMode, handBack, LeftoverRemoval } from "./takeover.ts";
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -186,6 +186,8 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
     }
     case "diff":
       return await runDiff(config, options);
+    case "hand-back":
+      return await runHandBack(config, options);
     case "run":
       return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
   }
@@ -407,6 +409,16 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
  * minute.
  */
 const FULL_SYNC_PERIOD_MS = 3_600_000;
+
+/** `kproxy hand-back`: exit 0 once kproxy's own rules are gone (or there were none), 1 on timeout. */
+async function runHandBack(config: Config, options: AppOptions): Promise<number> {
+  const outcome = await handBack({ config, executor: options.executor });
+  if (outcome !== "timed out") return 0;
+  (options.io ?? processIO).stderr(
+    "kproxy: Cannot hand back: kube-proxy's rules did not appear in the kernel; kproxy's rules stay\n",
+  );
+  return 1;
+}
 
 /** `kproxy diff`: exit 0 when the kernel holds what the next sync would program, 1 when not. */
 async function runDiff(config: Config, options: AppOptions): Promise<number> {

@@ -903,6 +903,13 @@ function tryServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObjec
 /**
  * Renders the whole table for one plan: `add table`, `delete table` and a
  * rebuild, which replaces any earlier table atomically in one `nft -f`.
+ *
+ * Re-creating (not flushing) the table also registers its base chains anew,
+ * and the kernel runs a hook registered later before the others of the same
+ * priority; of nat chains, the first that NATs a connection decides it. So
+ * while another proxy's nat chains at the same priority still exist
+ * (kube-proxy's dstnat chains during a takeover), kproxy's rules decide
+ * after each full sync (tests/kernel/nat_order_test.ts).
  */
 export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
   const ctx = context(plan, options);

@@ -5,29 +5,15 @@
  */
 import assert from "node:assert/strict";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
+import { ipvsUnavailableReason } from "../kernel/netns.ts";
 
 const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 const SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const SKIP = await kernelUnavailableReason(["ip", "ipvsadm"]);
 if (SKIP !== undefined) console.warn(`ipvs start tests ignored: ${SKIP}`);
-const IPVS_PRESENT = SKIP === undefined && await kernelHasIpvs();
+const IPVS_PRESENT = SKIP === undefined && await ipvsUnavailableReason() === undefined;
 if (IPVS_PRESENT) console.warn("the no-IPVS start test ignored: this kernel has IPVS");
-
-async function kernelHasIpvs(): Promise<boolean> {
-  const ns = `kp-ipvschk-${crypto.randomUUID().slice(0, 8)}`;
-  await new Deno.Command("ip", { args: ["netns", "add", ns] }).output();
-  try {
-    const listing = await new Deno.Command("ip", {
-      args: ["netns", "exec", ns, "ipvsadm", "-Ln"],
-      stdout: "null",
-      stderr: "null",
-    }).output();
-    return listing.success;
-  } finally {
-    await new Deno.Command("ip", { args: ["netns", "del", ns] }).output();
-  }
-}
 
 /** Runs `main.ts --proxy-mode=ipvs` in a fresh namespace with `path`; kills it after 20 s. */
 async function startIpvs(path: string) {

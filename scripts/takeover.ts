@@ -1,0 +1,205 @@
+/**
+ * The parts of a live switch between kube-proxy and kproxy, shared by the
+ * takeover kernel tests and the takeover bench: kube-proxy's ruleset loaded
+ * as its first sync would write it, the leftovers kube-proxy may have left,
+ * and a paced client that opens a connection every few milliseconds and
+ * reports every failure and the longest gap between two answers.
+ *
+ * @module
+ */
+
+import { isIptablesModeChain } from "../backends/iptables/chains.ts";
+import { splitSave } from "../backends/iptables/cleanup.ts";
+import { isIpvsModeChain } from "../backends/ipvs/iptables.ts";
+import { parseTableList } from "../backends/nftables/render.ts";
+import { type Executor, runChecked } from "../lib/exec.ts";
+import type { Plan } from "../lib/plan.ts";
+import {
+  KUBE_PROXY_NFACCT,
+  renderKubeProxyIptables,
+  renderKubeProxyNftables,
+} from "./kube_proxy_rules.ts";
+import { NetnsExecutor } from "./netns.ts";
+
+/** The kube-proxy a switch starts from (takeover) or goes to (hand-back). */
+export type KubeProxyMode = "nftables" | "iptables-nft" | "iptables-legacy";
+
+/** Every {@linkcode KubeProxyMode}. */
+export const KUBE_PROXY_MODES: readonly KubeProxyMode[] = [
+  "nftables",
+  "iptables-nft",
+  "iptables-legacy",
+];
+
+/**
+ * Loads kube-proxy's ruleset for the IPv4 `plan` through `executor` (a
+ * namespace's), in one load as kube-proxy's first sync writes it; the
+ * iptables modes first create the nfacct counters kube-proxy's rules name.
+ */
+export async function loadKubeProxyRules(
+  executor: Executor,
+  options: { mode: KubeProxyMode; plan: Plan },
+): Promise<void> {
+  if (options.mode === "nftables") {
+    await runChecked(executor, {
+      program: "nft",
+      args: ["-f", "-"],
+      stdin: renderKubeProxyNftables(options.plan),
+    });
+    return;
+  }
+  for (const counter of KUBE_PROXY_NFACCT) {
+    const added = await executor.run({ program: "nfacct", args: ["add", counter] });
+    if (added.code !== 0 && !/exists/i.test(added.stderr)) {
+      throw new Error(`Cannot add nfacct counter ${counter}: ${added.stderr.trim()}`);
+    }
+  }
+  await runChecked(executor, {
+    program: options.mode === "iptables-nft" ? "iptables-nft-restore" : "iptables-legacy-restore",
+    args: ["-w", "5", "--noflush"],
+    stdin: renderKubeProxyIptables(options.plan),
+  });
+}
+
+/**
+ * What of a kube-proxy is left in a namespace: its nftables tables and the
+ * iptables chains of its iptables and ipvs modes (kubelet's are not its), as
+ * `nft ip kube-proxy` or `iptables-nft IPv4 nat KUBE-SERVICES`.
+ */
+export async function kubeProxyLeftovers(executor: Executor): Promise<string[]> {
+  const tables = await runChecked(executor, { program: "nft", args: ["list", "tables"] });
+  const left = parseTableList(tables.stdout).filter((entry) => / kube-proxy$/.test(entry))
+    .map((entry) => `nft ${entry}`);
+  for (const variant of ["nft", "legacy"]) {
+    for (const [family, program] of [["IPv4", "iptables"], ["IPv6", "ip6tables"]]) {
+      const save = await runChecked(executor, { program: `${program}-${variant}-save`, args: [] });
+      for (const [table, text] of splitSave(save.stdout)) {
+        for (const match of text.matchAll(/^:(\S+) /gm)) {
+          const chain = match[1]!;
+          if (isIptablesModeChain(table, chain) || isIpvsModeChain(table, chain)) {
+            left.push(`iptables-${variant} ${family} ${table} ${chain}`);
+          }
+        }
+      }
+    }
+  }
+  return left;
+}
+
+/** Options for {@linkcode PacedClient.start}. */
+export interface PacedClientOptions {
+  /** Namespace the client runs in. */
+  namespace: string;
+  /** Each connection goes to the next target, round robin. */
+  targets: { ip: string; port: number }[];
+  /** Time between two connection attempts. @default {15} */
+  intervalMs?: number;
+  durationMs: number;
+  /** How long one connection may take. @default {1000} */
+  timeoutMs?: number;
+}
+
+/** One failed connection of a {@linkcode PacedClient}. */
+export interface PacedFailure {
+  /** Milliseconds after the client started. */
+  atMs: number;
+  target: string;
+  error: string;
+}
+
+/** What a {@linkcode PacedClient} saw. */
+export interface PacedResult {
+  attempts: number;
+  failures: PacedFailure[];
+  /** Per target (`ip:port`), the longest time between two answered connections. */
+  longestGapMs: Record<string, number>;
+}
+
+const PACED_CLIENT = `
+import json, socket, sys, time
+spec = json.loads(sys.argv[1])
+targets = [(t["ip"], t["port"]) for t in spec["targets"]]
+interval = spec["intervalMs"] / 1000.0
+timeout = spec["timeoutMs"] / 1000.0
+start = time.monotonic()
+end = start + spec["durationMs"] / 1000.0
+attempts = 0
+failures = []
+last_ok = {}
+gaps = {}
+next_at = start
+i = 0
+while time.monotonic() < end:
+    ip, port = targets[i % len(targets)]
+    name = "%s:%d" % (ip, port)
+    i += 1
+    attempts += 1
+    at = time.monotonic()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((ip, port))
+        data = s.recv(256)
+        if not data:
+            raise OSError("empty answer")
+        now = time.monotonic()
+        if name in last_ok:
+            gaps[name] = max(gaps.get(name, 0), now - last_ok[name])
+        last_ok[name] = now
+    except OSError as e:
+        failures.append({"atMs": round((at - start) * 1000, 1), "target": name, "error": str(e) or type(e).__name__})
+    finally:
+        s.close()
+    next_at += interval
+    pause = next_at - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+    else:
+        next_at = time.monotonic()
+print(json.dumps({
+    "attempts": attempts,
+    "failures": failures,
+    "longestGapMs": {k: round(v * 1000, 1) for k, v in gaps.items()},
+}))
+`;
+
+/**
+ * A python client in a namespace that opens a TCP connection every
+ * `intervalMs` for `durationMs`, round robin over its targets, and reads the
+ * echo pod's answer. Start it, do the switch, then await {@linkcode result}.
+ */
+export class PacedClient {
+  readonly #output: Promise<{ code: number; stdout: string; stderr: string }>;
+  readonly #startedAt = performance.now();
+
+  private constructor(options: PacedClientOptions) {
+    const spec = {
+      targets: options.targets,
+      intervalMs: options.intervalMs ?? 15,
+      durationMs: options.durationMs,
+      timeoutMs: options.timeoutMs ?? 1000,
+    };
+    this.#output = new NetnsExecutor({ namespace: options.namespace }).run({
+      program: "python3",
+      args: ["-c", PACED_CLIENT, JSON.stringify(spec)],
+      timeoutMs: options.durationMs + 30_000,
+    });
+  }
+
+  /** Starts the client. */
+  static start(options: PacedClientOptions): PacedClient {
+    return new PacedClient(options);
+  }
+
+  /** Milliseconds since the client was started. */
+  get elapsedMs(): number {
+    return performance.now() - this.#startedAt;
+  }
+
+  /** Waits for the client to finish and returns what it saw. */
+  async result(): Promise<PacedResult> {
+    const { code, stdout, stderr } = await this.#output;
+    if (code !== 0) throw new Error(`The paced client failed: ${stderr.trim()}`);
+    return JSON.parse(stdout);
+  }
+}
