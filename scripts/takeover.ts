@@ -1,9 +1,10 @@
 /**
- * The parts of a live switch between kube-proxy and kproxy, shared by the
- * takeover kernel tests and the takeover bench: kube-proxy's ruleset loaded
- * as its first sync would write it, the leftovers kube-proxy may have left,
- * and a paced client that opens a connection every few milliseconds and
- * reports every failure and the longest gap between two answers.
+ * A live switch between kube-proxy and kproxy, shared by the takeover kernel
+ * tests and the takeover bench: kube-proxy's ruleset loaded as its first sync
+ * would write it, the leftovers kube-proxy may have left, a paced client that
+ * opens a connection every few milliseconds and reports every failure and
+ * the longest gap between two answers, and the takeover and hand-back flows
+ * on one scenario of Services.
  *
  * @module
  */
@@ -19,7 +20,18 @@ import {
   renderKubeProxyIptables,
   renderKubeProxyNftables,
 } from "./kube_proxy_rules.ts";
-import { NetnsExecutor } from "./netns.ts";
+import { main } from "../lib/app.ts";
+import { endpointOf, familyPlan, servicePort } from "../tests/kernel/cases.ts";
+import {
+  type ApiObject,
+  ManualSource,
+  nodeObject,
+  serviceObject,
+  sliceObject,
+  startKproxy,
+  waitFor,
+} from "../tests/faults/harness.ts";
+import { ADDRESSES, NetnsExecutor, type Pod, type Topology } from "./netns.ts";
 
 /** The kube-proxy a switch starts from (takeover) or goes to (hand-back). */
 export type KubeProxyMode = "nftables" | "iptables-nft" | "iptables-legacy";
@@ -202,4 +214,192 @@ export class PacedClient {
     if (code !== 0) throw new Error(`The paced client failed: ${stderr.trim()}`);
     return JSON.parse(stdout);
   }
+}
+
+// ---------------------------------------------------------------------------
+// The switch scenario shared by tests/kernel/takeover_test.ts and the bench.
+
+/** The ClusterIP and NodePort the paced client goes through. */
+export const SCENARIO_TARGETS = Object.freeze({
+  clusterIP: { ip: "10.96.0.10", port: 80 },
+  nodePort: { ip: ADDRESSES.nodeV4, port: 30080 },
+});
+
+/** Addresses of the scenario's other Services. */
+export const SCENARIO_ADDRESSES = Object.freeze({
+  /** A Service deleted through kproxy's input after the switch. */
+  gone: "10.96.0.11",
+  /** A Service kube-proxy served that kproxy refuses (bad protocol). */
+  refused: "10.96.0.12",
+  /** The load-balancer IP kube-proxy firewalled with source ranges that no longer exist. */
+  loadBalancer: "192.0.2.50",
+});
+
+/**
+ * kproxy's input: web (ClusterIP and NodePort, two local pods), gone, a
+ * Service it refuses, and lb (the third pod) without source ranges.
+ */
+export function scenarioObjects(topology: Topology): ApiObject[] {
+  const [a1, a2, a3] = topology.localPods;
+  const { clusterIP, nodePort } = SCENARIO_TARGETS;
+  const refused = serviceObject({ name: "refused", clusterIP: SCENARIO_ADDRESSES.refused });
+  refused.spec.ports[0].protocol = "ICMP";
+  const lb = serviceObject({
+    name: "lb",
+    clusterIP: "10.96.0.13",
+    type: "NodePort",
+    nodePort: 30081,
+  });
+  lb.spec.type = "LoadBalancer";
+  lb.status = { loadBalancer: { ingress: [{ ip: SCENARIO_ADDRESSES.loadBalancer }] } };
+  return [
+    nodeObject(),
+    serviceObject({
+      name: "web",
+      clusterIP: clusterIP.ip,
+      type: "NodePort",
+      nodePort: nodePort.port,
+    }),
+    sliceObject("web", [a1!.ipv4, a2!.ipv4]),
+    serviceObject({ name: "gone", clusterIP: SCENARIO_ADDRESSES.gone }),
+    sliceObject("gone", [a1!.ipv4]),
+    refused,
+    sliceObject("refused", [a1!.ipv4]),
+    lb,
+    sliceObject("lb", [a3!.ipv4]),
+  ];
+}
+
+/**
+ * kube-proxy's view of the same Services: it still serves `refused`, and
+ * `lb` only from the client's second address. `webPods` defaults to kproxy's.
+ */
+export function scenarioKubeProxyPlan(topology: Topology, webPods?: Pod[]): Plan {
+  const [a1, a2, a3] = topology.localPods;
+  const { clusterIP, nodePort } = SCENARIO_TARGETS;
+  return familyPlan("IPv4", [
+    servicePort({
+      name: "web",
+      clusterIP: clusterIP.ip,
+      nodePort: nodePort.port,
+      endpoints: (webPods ?? [a1!, a2!]).map((pod) => endpointOf(pod)),
+    }),
+    servicePort({ name: "gone", clusterIP: SCENARIO_ADDRESSES.gone, endpoints: [endpointOf(a1!)] }),
+    servicePort({
+      name: "refused",
+      clusterIP: SCENARIO_ADDRESSES.refused,
+      endpoints: [endpointOf(a1!)],
+    }),
+    servicePort({
+      name: "lb",
+      clusterIP: "10.96.0.13",
+      nodePort: 30081,
+      loadBalancerIPs: [SCENARIO_ADDRESSES.loadBalancer],
+      sourceRanges: [`${ADDRESSES.clientV4Other}/32`],
+      endpoints: [endpointOf(a3!)],
+    }),
+  ]);
+}
+
+/** Timing of a switch: how long the paced client runs and when the switch starts. */
+export interface SwitchTiming {
+  /** @default {5000} */
+  durationMs?: number;
+  /** @default {1500} */
+  switchAtMs?: number;
+}
+
+/** Options for {@linkcode takeOver}. */
+export interface TakeOverOptions extends SwitchTiming {
+  topology: Topology;
+  from: KubeProxyMode;
+  /** Runs once kube-proxy's rules are loaded, before the client starts (checks of the old state). */
+  before?: () => Promise<void>;
+  /** Runs while kproxy still runs, after the client finished (checks of the new state). */
+  afterwards?: (source: ManualSource) => Promise<void>;
+}
+
+/**
+ * A takeover: kube-proxy's ruleset for the scenario is in the node
+ * namespace; the paced client runs; kproxy (nftables mode, in-process)
+ * starts with the scenario's objects at `switchAtMs` and runs until kube-proxy's
+ * leftovers are gone and the client is done.
+ */
+export async function takeOver(options: TakeOverOptions): Promise<PacedResult> {
+  const { topology } = options;
+  const node = new NetnsExecutor({ namespace: topology.node });
+  await loadKubeProxyRules(node, { mode: options.from, plan: scenarioKubeProxyPlan(topology) });
+  await options.before?.();
+  const client = PacedClient.start({
+    namespace: topology.client,
+    targets: [SCENARIO_TARGETS.clusterIP, SCENARIO_TARGETS.nodePort],
+    durationMs: options.durationMs ?? 5_000,
+  });
+  await sleep(options.switchAtMs ?? 1_500);
+  const source = ManualSource.listed(scenarioObjects(topology));
+  const kproxy = await startKproxy({ source, executor: node });
+  try {
+    await waitFor(
+      "kube-proxy's rules removed",
+      async () => (await kubeProxyLeftovers(node)).length === 0,
+      15_000,
+    );
+    const result = await client.result();
+    await options.afterwards?.(source);
+    return result;
+  } finally {
+    await kproxy.stop();
+  }
+}
+
+/** Options for {@linkcode handBack}. */
+export interface HandBackScenarioOptions extends SwitchTiming {
+  topology: Topology;
+  to: KubeProxyMode;
+  /** The pods kube-proxy sends web to. @default kproxy's */
+  webPods?: Pod[];
+}
+
+/**
+ * A hand-back as scripts/deploy/README.md documents it: kproxy runs; at
+ * `switchAtMs` it stops (SIGTERM: its rules stay), kube-proxy's first sync
+ * loads its ruleset, and `kproxy hand-back` removes kproxy's rules.
+ */
+export async function handBackScenario(options: HandBackScenarioOptions): Promise<PacedResult> {
+  const { topology } = options;
+  const node = new NetnsExecutor({ namespace: topology.node });
+  const kproxy = await startKproxy({
+    source: ManualSource.listed(scenarioObjects(topology)),
+    executor: node,
+  });
+  try {
+    await waitFor("kproxy's first sync", () => kproxy.app.proxier.lastSynced !== undefined);
+  } catch (error) {
+    await kproxy.stop();
+    throw error;
+  }
+  const client = PacedClient.start({
+    namespace: topology.client,
+    targets: [SCENARIO_TARGETS.clusterIP, SCENARIO_TARGETS.nodePort],
+    durationMs: options.durationMs ?? 5_000,
+  });
+  await sleep(options.switchAtMs ?? 1_500);
+  const stopped = await kproxy.stop();
+  if (stopped !== 0) throw new Error(`kproxy exited with ${stopped} on SIGTERM`);
+  await loadKubeProxyRules(node, {
+    mode: options.to,
+    plan: scenarioKubeProxyPlan(topology, options.webPods),
+  });
+  const stderr: string[] = [];
+  const code = await main(["hand-back", "--hostname-override=node-a"], {
+    executor: node,
+    setupLogging: false,
+    io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+  });
+  if (code !== 0) throw new Error(`kproxy hand-back exited with ${code}: ${stderr.join("")}`);
+  return await client.result();
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
