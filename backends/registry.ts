@@ -42,7 +42,9 @@ export interface Takeover {
 /**
  * The one table of which leftovers each mode removes. kube-proxy's iptables
  * and ipvs rules carry the names kproxy's do, so removing "iptables" or
- * "ipvs" removes both; its nftables tables are named `kube-proxy`.
+ * "ipvs" removes both; its nftables tables are named `kube-proxy`. Within its
+ * own mode, the iptables mode also removes its chains from the iptables
+ * variant (nft or legacy) it does not use, after its first full sync.
  */
 export const LEFTOVERS: Readonly<Record<ProxyMode, Takeover>> = {
   nftables: { removes: ["iptables", "ipvs"], replacesTables: ["kube-proxy"] },

@@ -313,6 +313,14 @@ export interface SwitchTiming {
 export interface TakeOverOptions extends SwitchTiming {
   topology: Topology;
   from: KubeProxyMode;
+  /** kproxy's flags beyond the harness's (nftables mode). @default {[]} */
+  kproxyArgs?: string[];
+  /**
+   * The iptables variant kproxy runs with in iptables mode: there its fixed
+   * chains carry kube-proxy's names, so only kube-proxy's per-service chains
+   * count as left over. @default none (nftables mode)
+   */
+  kproxyVariant?: "nft" | "legacy";
   /** Runs once kube-proxy's rules are loaded, before the client starts (checks of the old state). */
   before?: () => Promise<void>;
   /** Runs while kproxy still runs, after the client finished (checks of the new state). */
@@ -321,7 +329,7 @@ export interface TakeOverOptions extends SwitchTiming {
 
 /**
  * A takeover: kube-proxy's ruleset for the scenario is in the node
- * namespace; the paced client runs; kproxy (nftables mode, in-process)
+ * namespace; the paced client runs; kproxy (in-process, nftables mode unless `kproxyArgs` say)
  * starts with the scenario's objects at `switchAtMs` and runs until kube-proxy's
  * leftovers are gone and the client is done.
  */
@@ -337,13 +345,19 @@ export async function takeOver(options: TakeOverOptions): Promise<PacedResult> {
   });
   await sleep(options.switchAtMs ?? 1_500);
   const source = ManualSource.listed(scenarioObjects(topology));
-  const kproxy = await startKproxy({ source, executor: node });
+  const kproxy = await startKproxy({ source, executor: node, args: options.kproxyArgs });
+  const theirs = new Set(
+    [...renderKubeProxyIptables(scenarioKubeProxyPlan(topology)).matchAll(/^:(KUBE-\S+) /gm)]
+      .map((match) => match[1]!),
+  );
+  const left = async () =>
+    (await kubeProxyLeftovers(node)).filter((entry) => {
+      const [tool, , , chain] = entry.split(" ");
+      return tool !== `iptables-${options.kproxyVariant}` || theirs.has(chain!) &&
+          /^KUBE-(SVC|SVL|EXT|FW|SEP)-/.test(chain!);
+    });
   try {
-    await waitFor(
-      "kube-proxy's rules removed",
-      async () => (await kubeProxyLeftovers(node)).length === 0,
-      15_000,
-    );
+    await waitFor("kube-proxy's rules removed", async () => (await left()).length === 0, 15_000);
     const result = await client.result();
     await options.afterwards?.(source);
     return result;

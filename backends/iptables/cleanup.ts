@@ -13,7 +13,7 @@ import { getLogger } from "@logtape/logtape";
 import { type Executor, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
 import type { ChainOwnership, IptablesTable } from "./chains.ts";
-import { iptablesPrograms } from "./detect.ts";
+import { iptablesPrograms, type IptablesVariant } from "./detect.ts";
 import { renderCleanup } from "./render.ts";
 
 const logger = getLogger(["kproxy", "iptables"]);
@@ -30,6 +30,8 @@ export interface RemoveChainsOptions {
   owner: string;
   /** @default {["IPv4", "IPv6"]} */
   families?: readonly IpFamily[];
+  /** @default {["nft", "legacy"]} */
+  variants?: readonly IptablesVariant[];
 }
 
 /** Chains removed from one table by one program. */
@@ -81,7 +83,7 @@ export async function removeChains(
   const errors: unknown[] = [];
   const removes = (table: string) => (chain: string) =>
     options.owns(table, chain) && !(options.keep?.(table, chain) ?? false);
-  for (const variant of ["nft", "legacy"] as const) {
+  for (const variant of options.variants ?? ["nft", "legacy"] as const) {
     for (const family of options.families ?? ["IPv4", "IPv6"] as const) {
       const programs = iptablesPrograms(variant, family);
       const tables = await existingTables(executor, programs.save);

@@ -103,6 +103,8 @@ class IptablesBackend implements Backend {
   /** Plans the kernel holds, per family; absent means the next sync must be full. */
   readonly #applied = new Map<IpFamily, Plan>();
   #routeLocalnetSet = false;
+  /** Whether the other variant still has to be rid of this mode's chains (kube-proxy's or kproxy's). */
+  #otherVariantPending = true;
 
   constructor(options: IptablesBackendOptions) {
     this.#executor = options.executor;
@@ -140,7 +142,33 @@ class IptablesBackend implements Backend {
       );
       if (previous) await this.#flushStaleConntrack(previous, plan, request);
     }
+    if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
     return { full, summary: parts.join("; ") };
+  }
+
+  /**
+   * Once this variant holds the rules, removes the mode's chains from the
+   * other one (a kube-proxy that used legacy binaries while kproxy uses nft):
+   * they would still hook the same packets. Retried after the next full sync
+   * when it fails.
+   */
+  async #cleanOtherVariant(variant: IptablesVariant): Promise<void> {
+    try {
+      await removeChains(this.#executor, {
+        owns: isIptablesModeChain,
+        owner: "iptables mode",
+        families: [...this.#families],
+        variants: [variant === "nft" ? "legacy" : "nft"],
+      });
+      this.#otherVariantPending = false;
+    } catch (error) {
+      logger.warn(
+        "Cannot remove the iptables mode's chains from the other iptables variant: {error}",
+        {
+          error,
+        },
+      );
+    }
   }
 
   async checkDrift(): Promise<boolean> {

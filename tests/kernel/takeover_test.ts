@@ -53,9 +53,33 @@ function assertNoFailures(result: PacedResult): void {
   );
 }
 
-for (const from of KUBE_PROXY_MODES) {
+/** The switches tested: from each kube-proxy mode to kproxy's nftables mode, and to its iptables mode. */
+const TAKEOVERS: {
+  from: KubeProxyMode;
+  to: string;
+  kproxyArgs: string[];
+  kproxyVariant?: "nft" | "legacy";
+}[] = [
+  ...KUBE_PROXY_MODES.map((from) => ({ from, to: "nftables", kproxyArgs: [] })),
+  // The same chain names, rewritten in place.
+  {
+    from: "iptables-nft",
+    to: "iptables",
+    kproxyArgs: ["--proxy-mode=iptables"],
+    kproxyVariant: "nft",
+  },
+  // kube-proxy's chains in the variant kproxy does not use are removed after its first sync.
+  {
+    from: "iptables-legacy",
+    to: "iptables (nft binaries)",
+    kproxyArgs: ["--proxy-mode=iptables", "--iptables-backend=nft"],
+    kproxyVariant: "nft",
+  },
+];
+
+for (const { from, to, kproxyArgs, kproxyVariant } of TAKEOVERS) {
   Deno.test({
-    name: `kproxy takes over from kube-proxy (${from}) without a failed connection`,
+    name: `kproxy (${to}) takes over from kube-proxy (${from}) without a failed connection`,
     ignore: skipReason !== undefined,
     sanitizeOps: false,
     sanitizeResources: false,
@@ -66,6 +90,8 @@ for (const from of KUBE_PROXY_MODES) {
         const result = await takeOver({
           topology,
           from,
+          kproxyArgs,
+          kproxyVariant,
           before: async () => {
             assert.ok(await answers(topology, SCENARIO_TARGETS.clusterIP.ip), "kube-proxy: web");
             const { ip, port } = SCENARIO_TARGETS.nodePort;

@@ -5,6 +5,7 @@ import { createIptablesBackend } from "../../backends/iptables/mod.ts";
 import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
+import { emptyPlan } from "../../lib/plan.ts";
 
 /** A node's `iptables-save` after kube-proxy 1.36 in iptables mode, with kubelet's and another tool's rules. */
 const KUBE_PROXY_SAVE = [
@@ -185,4 +186,38 @@ Deno.test("createIptablesBackend() cleanup() removes the mode's chains of every 
   assert.equal(scripts.length, 1);
   assert.doesNotMatch(scripts[0]!.stdin ?? "", /^\*mangle$/m);
   assert.match(scripts[0]!.stdin ?? "", /^-X KUBE-SVC-XPGD46QRK7WJZT7O$/m);
+});
+
+Deno.test("createIptablesBackend() removes the mode's chains from the other variant after its first full sync", async () => {
+  const executor = new FakeExecutor((command) =>
+    command.program === "iptables-legacy-save"
+      ? { code: 0, stdout: KUBE_PROXY_SAVE, stderr: "" }
+      : { code: 0, stdout: "", stderr: "" }
+  );
+  const backend = createIptablesBackend({
+    executor,
+    config: {
+      ...defaultConfig("node-a"),
+      proxyMode: "iptables",
+      iptables: { ...defaultConfig("node-a").iptables, backend: "nft" },
+    },
+    families: ["IPv4"],
+  });
+  const plan = emptyPlan("IPv4");
+  const sync = () => backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+  await sync();
+  const legacy = restored(executor.calls).filter((c) => c.program === "iptables-legacy-restore");
+  assert.equal(legacy.length, 1);
+  assert.ok(
+    executor.calls.findIndex((c) => c.program === "iptables-nft-restore") <
+      executor.calls.indexOf(legacy[0]!),
+    "its own rules first",
+  );
+  assert.match(legacy[0]!.stdin ?? "", /^-X KUBE-SVC-XPGD46QRK7WJZT7O$/m);
+  await sync();
+  assert.equal(
+    restored(executor.calls).filter((c) => c.program === "iptables-legacy-restore").length,
+    1,
+    "once",
+  );
 });
