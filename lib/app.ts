@@ -270,14 +270,11 @@ export function stableJson(value: unknown): string {
   }, 2);
 }
 
-/** `--cleanup`: removes every mode's rules, kproxy's and kube-proxy's; 1 when the configured mode's failed. */
+/** `--cleanup`: removes every mode's rules, kproxy's and kube-proxy's. */
 async function cleanup(config: Config, options: AppOptions): Promise<number> {
-  if (options.backend) {
-    await options.backend.cleanup();
-    return 0;
-  }
-  const failed = await cleanupEveryMode({ config, executor: options.executor });
-  return failed.includes(config.proxyMode) ? 1 : 0;
+  if (options.backend) await options.backend.cleanup();
+  else await cleanupEveryMode({ config, executor: options.executor });
+  return 0;
 }
 
 async function runProxy(config: Config, options: AppOptions): Promise<number> {

@@ -84,11 +84,12 @@ export interface CleanupEveryModeOptions {
 
 /**
  * `--cleanup`: removes the rules of every Linux mode, kproxy's and
- * kube-proxy's, touching nothing else; the configured mode first.
+ * kube-proxy's, touching nothing else; the configured mode first. Another
+ * mode that cannot be cleaned up is logged.
  *
- * @returns the modes that could not be cleaned up (each logged)
+ * @throws the configured mode's error, after every other mode was tried
  */
-export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promise<ProxyMode[]> {
+export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promise<void> {
   const { config } = options;
   const windows = config.proxyMode === "kernelspace";
   const executor = options.executor ??
@@ -97,18 +98,18 @@ export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promis
     config.proxyMode,
     ...PROXY_MODES.filter((m) => m !== config.proxyMode && m !== "kernelspace"),
   ];
-  const failed: ProxyMode[] = [];
+  let failure: { error: unknown } | undefined;
   for (const mode of modes) {
     try {
       const backend = await createBackend(mode, { executor, config });
       await backend.cleanup();
       logger.info("Removed the rules of the {mode} mode", { mode });
     } catch (error) {
-      failed.push(mode);
-      logger.error("Cannot clean up the {mode} mode: {error}", { mode, error });
+      if (mode === config.proxyMode) failure = { error };
+      else logger.error("Cannot clean up the {mode} mode: {error}", { mode, error });
     }
   }
-  return failed;
+  if (failure) throw failure.error;
 }
 
 /** Options for {@linkcode handBack}. */
