@@ -310,8 +310,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     serviceHealth,
     history,
     afterSync: async (sync) => {
-      await leftovers?.afterSync(sync);
       if (flushConntrack) await flushStaleConntrack(executor, sync);
+      await leftovers?.afterSync(sync);
     },
   });
   const runner = new BoundedFrequencyRunner({
