@@ -30,6 +30,26 @@ export interface SyncResult {
   summary?: string;
 }
 
+/**
+ * Thrown by {@linkcode Backend.preflight} when the node cannot run the mode:
+ * kproxy exits with status 1 and this one-line message.
+ */
+export class ModeUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ModeUnavailableError";
+  }
+}
+
+/** What {@linkcode Backend.cleanup} leaves in place. */
+export interface CleanupOptions {
+  /**
+   * iptables chains the running mode uses (iptables and ipvs share names):
+   * kept, with the jumps to them. @default none
+   */
+  keepChains?: (table: string, chain: string) => boolean;
+}
+
 /** A proxy mode: nftables, iptables, ipvs or kernelspace. */
 export interface Backend {
   /** The `--proxy-mode` value. */
@@ -38,8 +58,16 @@ export interface Backend {
   sync(request: SyncRequest): Promise<SyncResult>;
   /** Cheap check that the kernel still holds what was applied; true when it drifted. */
   checkDrift?(): Promise<boolean>;
-  /** Removes everything this mode ever installed. */
-  cleanup(): Promise<void>;
+  /**
+   * Checks once, before anything is served, that this mode can run on this
+   * node; throws an error with a one-line message naming what is missing.
+   */
+  preflight?(): Promise<void>;
+  /**
+   * Removes what this mode installed, as kproxy or as kube-proxy ran it, and
+   * nothing else: never a whole table or IPVS state it did not create.
+   */
+  cleanup(options?: CleanupOptions): Promise<void>;
   /** For `kproxy diff`: how to load these plans in full, and how to list what is loaded. */
   inspect?(plans: Plan[]): KernelInspection;
 }

@@ -8,6 +8,8 @@
 import type { Config, ProxyMode } from "../lib/config_types.ts";
 import type { Executor } from "../lib/exec.ts";
 import type { Backend } from "./backend.ts";
+import { type ChainOwnership, isIptablesModeChain } from "./iptables/chains.ts";
+import { isIpvsModeChain } from "./ipvs/iptables.ts";
 
 /** What every backend factory receives. */
 export interface BackendOptions {
@@ -17,8 +19,46 @@ export interface BackendOptions {
 
 type Loader = (options: BackendOptions) => Promise<Backend>;
 
+/** What starting in a mode takes over from the proxy that ran before it. */
+export interface Takeover {
+  /**
+   * Modes whose rules are removed once this mode's first sync is in the
+   * kernel, whether kproxy or kube-proxy wrote them (program first, then
+   * clean: lib/takeover.ts).
+   */
+  removes: readonly ProxyMode[];
+  /**
+   * kube-proxy's nftables tables of this same mode, in each family: deleted
+   * in the transaction of the first full write, so no packet sees neither.
+   */
+  replacesTables: readonly string[];
+  /**
+   * The iptables chains this mode uses: other modes' cleanup keeps them, as
+   * iptables and ipvs share chain names (KUBE-SERVICES, KUBE-MARK-MASQ, …).
+   */
+  usesChain?: ChainOwnership;
+}
+
+/**
+ * The one table of which leftovers each mode removes. kube-proxy's iptables
+ * and ipvs rules carry the names kproxy's do, so removing "iptables" or
+ * "ipvs" removes both; its nftables tables are named `kube-proxy`. Within its
+ * own mode, the iptables mode also removes its chains from the iptables
+ * variant (nft or legacy) it does not use, after its first full sync.
+ */
+export const LEFTOVERS: Readonly<Record<ProxyMode, Takeover>> = {
+  nftables: { removes: ["iptables", "ipvs"], replacesTables: ["kube-proxy"] },
+  iptables: { removes: ["nftables", "ipvs"], replacesTables: [], usesChain: isIptablesModeChain },
+  ipvs: { removes: ["nftables", "iptables"], replacesTables: [], usesChain: isIpvsModeChain },
+  kernelspace: { removes: [], replacesTables: [] },
+};
+
 const LOADERS: Readonly<Record<ProxyMode, Loader>> = {
-  nftables: async (options) => (await import("./nftables/mod.ts")).createNftablesBackend(options),
+  nftables: async (options) =>
+    (await import("./nftables/mod.ts")).createNftablesBackend({
+      ...options,
+      replacedTables: LEFTOVERS.nftables.replacesTables,
+    }),
   iptables: async (options) => (await import("./iptables/mod.ts")).createIptablesBackend(options),
   ipvs: async (options) => (await import("./ipvs/mod.ts")).createIpvsBackend(options),
   kernelspace: async (options) => (await import("./windows/mod.ts")).createWindowsBackend(options),

@@ -8,8 +8,8 @@
 
 import { getLogger } from "@logtape/logtape";
 import denoJson from "../deno.json" with { type: "json" };
-import type { Backend } from "../backends/backend.ts";
-import { createBackend, PROXY_MODES } from "../backends/registry.ts";
+import { type Backend, ModeUnavailableError } from "../backends/backend.ts";
+import { createBackend } from "../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
@@ -18,7 +18,7 @@ import {
   helpText,
   parseCommandLine,
 } from "./config.ts";
-import type { Config, ProxyMode } from "./config_types.ts";
+import type { Config } from "./config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
 import { systemClock } from "./clock.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
@@ -38,6 +38,7 @@ import { runExplain } from "./explain.ts";
 import { formatServiceDiffs } from "./kernel_diff.ts";
 import type { ClusterState } from "./state.ts";
 import { countPlans, statusHandler, SyncHistory } from "./status.ts";
+import { cleanupEveryMode, handBack, LeftoverRemoval } from "./takeover.ts";
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -145,6 +146,10 @@ export async function main(argv: string[], options: AppOptions = {}): Promise<nu
       io.stderr(`kproxy: ${error.message}\n`);
       return 2;
     }
+    if (error instanceof ModeUnavailableError) {
+      io.stderr(`kproxy: ${error.message}\n`);
+      return 1;
+    }
     logger.fatal("kproxy failed: {error}", { error });
     io.stderr(`kproxy: ${error instanceof Error ? error.message : String(error)}\n`);
     return 1;
@@ -183,6 +188,8 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
     }
     case "diff":
       return await runDiff(config, options);
+    case "hand-back":
+      return await runHandBack(config, options);
     case "run":
       return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
   }
@@ -265,58 +272,23 @@ export function stableJson(value: unknown): string {
   }, 2);
 }
 
+/** `--cleanup`: removes every mode's rules, kproxy's and kube-proxy's. */
 async function cleanup(config: Config, options: AppOptions): Promise<number> {
-  const executor = options.executor ??
-    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
-  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
-  await backend.cleanup();
-  logger.info("Removed the rules of the {mode} mode", { mode: backend.mode });
-  if (!options.backend) await cleanupOtherModes(config, options, "warn");
+  if (options.backend) await options.backend.cleanup();
+  else await cleanupEveryMode({ config, executor: options.executor });
   return 0;
-}
-
-/**
- * Modes whose leftovers a mode removes: switching modes must not leave the old
- * mode's rules in the packet path (seed 000). ipvs keeps the iptables rules it
- * shares chain names with; it rewrites them on its first sync.
- */
-const LEFTOVERS: Readonly<Record<ProxyMode, readonly ProxyMode[]>> = {
-  nftables: ["iptables", "ipvs"],
-  iptables: ["nftables", "ipvs"],
-  ipvs: ["nftables"],
-  kernelspace: [],
-};
-
-/** Removes what other modes left behind, best-effort. */
-async function cleanupOtherModes(
-  config: Config,
-  options: AppOptions,
-  level: "warn" | "debug",
-): Promise<void> {
-  const others = config.cleanup
-    ? PROXY_MODES.filter((mode) => mode !== config.proxyMode && mode !== "kernelspace")
-    : LEFTOVERS[config.proxyMode];
-  if (Deno.build.os === "windows") return;
-  for (const mode of others) {
-    try {
-      const other = await createBackend(mode, {
-        executor: options.executor ?? new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[mode] }),
-        config,
-      });
-      await other.cleanup();
-      logger.info("Removed the rules of the {mode} mode", { mode });
-    } catch (error) {
-      logger[level]("Cannot clean up the {mode} mode: {error}", { mode, error });
-    }
-  }
 }
 
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
   const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  await backend.preflight?.();
   const source = options.source ?? await createSource(config);
-  if (!options.backend) await cleanupOtherModes(config, options, "debug");
+  // Program first, then clean: other modes' rules go once kproxy's first sync is in.
+  const leftovers = options.backend
+    ? undefined
+    : new LeftoverRemoval({ config, executor: options.executor });
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
@@ -342,7 +314,10 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     requestSync: () => runner.run(),
     serviceHealth,
     history,
-    afterSync: flushConntrack ? (sync) => flushStaleConntrack(executor, sync) : undefined,
+    afterSync: async (sync) => {
+      if (flushConntrack) await flushStaleConntrack(executor, sync);
+      await leftovers?.afterSync(sync);
+    },
   });
   const runner = new BoundedFrequencyRunner({
     name: "sync-proxy-rules",
@@ -439,6 +414,16 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
  * minute.
  */
 const FULL_SYNC_PERIOD_MS = 3_600_000;
+
+/** `kproxy hand-back`: exit 0 once kproxy's own rules are gone (or there were none), 1 on timeout. */
+async function runHandBack(config: Config, options: AppOptions): Promise<number> {
+  const outcome = await handBack({ config, executor: options.executor });
+  if (outcome !== "timed out") return 0;
+  (options.io ?? processIO).stderr(
+    "kproxy: Cannot hand back: kube-proxy's rules did not appear in the kernel; kproxy's rules stay\n",
+  );
+  return 1;
+}
 
 /** `kproxy diff`: exit 0 when the kernel holds what the next sync would program, 1 when not. */
 async function runDiff(config: Config, options: AppOptions): Promise<number> {

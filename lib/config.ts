@@ -37,7 +37,15 @@ export interface ConfigEnvironment {
 }
 
 /** A subcommand of kproxy. */
-export type Command = "run" | "plan" | "demo" | "explain" | "diff" | "version" | "help";
+export type Command =
+  | "run"
+  | "plan"
+  | "demo"
+  | "explain"
+  | "diff"
+  | "hand-back"
+  | "version"
+  | "help";
 
 /** The parsed command line. */
 export interface CommandLine {
@@ -80,7 +88,15 @@ const MODES = ["iptables", "nftables", "ipvs"] as const;
 const IPTABLES_BACKENDS = ["auto", "nft", "legacy"] as const;
 const CONFIG_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1";
 const CONFIG_KIND = "KubeProxyConfiguration";
-const SUBCOMMANDS: readonly Command[] = ["plan", "demo", "explain", "diff", "version", "help"];
+const SUBCOMMANDS: readonly Command[] = [
+  "plan",
+  "demo",
+  "explain",
+  "diff",
+  "hand-back",
+  "version",
+  "help",
+];
 
 /**
  * The configuration used when no flag or file says otherwise.
@@ -1328,7 +1344,7 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
         "command",
         `Cannot parse command: unknown subcommand ${
           quote(args[0])
-        } (want plan, demo, explain or diff)`,
+        } (want plan, demo, explain, diff or hand-back)`,
       );
     }
   }
@@ -1386,6 +1402,7 @@ export function helpText(): string {
     "  kproxy diff [flags]                     show how the installed rules differ from the plan",
     "  kproxy demo [flags]                     run against the bundled demo manifests",
     "  kproxy explain DEST --from SRC [flags]  trace a packet to DEST (IP:port) through the plan",
+    "  kproxy hand-back [flags]                once kube-proxy's rules are in, remove kproxy's own",
     "  kproxy --version | --help",
   ];
   const groups = [...new Set(ALL_FLAGS.map((flag) => flag.group))];

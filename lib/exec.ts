@@ -49,6 +49,12 @@ export class CommandError extends Error {
   }
 }
 
+/** True when `error` says a command could not start because its program is not installed. */
+export function isMissingProgram(error: unknown): boolean {
+  return error instanceof CommandError && error.result === undefined &&
+    error.message.endsWith(": program not found in PATH");
+}
+
 /** Default time a program may run before it is killed. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
 

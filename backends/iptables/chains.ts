@@ -144,8 +144,37 @@ export function baseJumpArgs(jump: BaseJump): string[] {
 export function isOwnedChain(name: string): boolean {
   return (Object.values(Chains) as string[]).includes(name) &&
       name !== Chains.kubeletFirewall ||
-    /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/.test(name);
+    PER_SERVICE_CHAIN.test(name);
 }
+
+const PER_SERVICE_CHAIN = /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/;
+
+/** Decides whether a chain of a table belongs to a mode. */
+export type ChainOwnership = (table: string, chain: string) => boolean;
+
+/** The fixed chains of the iptables mode per table, kproxy's and kube-proxy's alike. */
+const IPTABLES_MODE_CHAINS: Readonly<Record<string, readonly string[]>> = {
+  nat: [Chains.services, Chains.nodePorts, Chains.postrouting, Chains.markMasq, Chains.canary],
+  filter: [
+    Chains.services,
+    Chains.externalServices,
+    Chains.nodePorts,
+    Chains.forward,
+    Chains.proxyFirewall,
+    Chains.canary,
+  ],
+  mangle: [Chains.canary],
+};
+
+/**
+ * The chains of the iptables mode, which kproxy names as kube-proxy does: the
+ * fixed chains of each table and the per-service chains of `nat`. As
+ * upstream's cleanup, kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY and
+ * KUBE-IPTABLES-HINT are not the mode's.
+ */
+export const isIptablesModeChain: ChainOwnership = (table, chain) =>
+  (IPTABLES_MODE_CHAINS[table]?.includes(chain) ?? false) ||
+  (table === "nat" && PER_SERVICE_CHAIN.test(chain));
 
 /**
  * The jumps of `jumps` that `iptables-save` output of their tables does not

@@ -8,7 +8,13 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
+import type {
+  Backend,
+  CleanupOptions,
+  KernelInspection,
+  SyncRequest,
+  SyncResult,
+} from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
@@ -21,9 +27,11 @@ import {
   baseJumpArgs,
   Chains,
   type IptablesTable,
+  isIptablesModeChain,
   LOCALHOST_FIREWALL_JUMPS,
   missingJumps,
 } from "./chains.ts";
+import { removeChains } from "./cleanup.ts";
 import {
   detectVariant,
   type IptablesPrograms,
@@ -34,7 +42,6 @@ import {
   type IptablesRenderOptions,
   isLargeCluster,
   parseSavedChains,
-  renderCleanup,
   renderFull,
   renderFullInChunks,
   renderPartial,
@@ -96,6 +103,8 @@ class IptablesBackend implements Backend {
   /** Plans the kernel holds, per family; absent means the next sync must be full. */
   readonly #applied = new Map<IpFamily, Plan>();
   #routeLocalnetSet = false;
+  /** Whether the other variant still has to be rid of this mode's chains (kube-proxy's or kproxy's). */
+  #otherVariantPending = true;
 
   constructor(options: IptablesBackendOptions) {
     this.#executor = options.executor;
@@ -133,7 +142,33 @@ class IptablesBackend implements Backend {
       );
       if (previous) await this.#flushStaleConntrack(previous, plan, request);
     }
+    if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
     return { full, summary: parts.join("; ") };
+  }
+
+  /**
+   * Once this variant holds the rules, removes the mode's chains from the
+   * other one (a kube-proxy that used legacy binaries while kproxy uses nft):
+   * they would still hook the same packets. Retried after the next full sync
+   * when it fails.
+   */
+  async #cleanOtherVariant(variant: IptablesVariant): Promise<void> {
+    try {
+      await removeChains(this.#executor, {
+        owns: isIptablesModeChain,
+        owner: "iptables mode",
+        families: [...this.#families],
+        variants: [variant === "nft" ? "legacy" : "nft"],
+      });
+      this.#otherVariantPending = false;
+    } catch (error) {
+      logger.warn(
+        "Cannot remove the iptables mode's chains from the other iptables variant: {error}",
+        {
+          error,
+        },
+      );
+    }
   }
 
   async checkDrift(): Promise<boolean> {
@@ -175,46 +210,13 @@ class IptablesBackend implements Backend {
     };
   }
 
-  async cleanup(): Promise<void> {
+  async cleanup(options: CleanupOptions = {}): Promise<void> {
     this.#applied.clear();
-    const errors: unknown[] = [];
-    for (const variant of ["nft", "legacy"] as const) {
-      for (const family of ["IPv4", "IPv6"] as const) {
-        const programs = iptablesPrograms(variant, family);
-        for (const table of ["nat", "filter", "mangle"] as const) {
-          try {
-            await this.#cleanupTable(programs, family, table);
-          } catch (error) {
-            errors.push(error);
-          }
-        }
-      }
-    }
-    if (errors.length > 0) {
-      throw new AggregateError(
-        errors,
-        `Cannot clean up iptables rules: ${errors.length} tables failed`,
-      );
-    }
-  }
-
-  async #cleanupTable(programs: IptablesPrograms, family: IpFamily, table: IptablesTable) {
-    let save: string;
-    try {
-      const result = await this.#executor.run({ program: programs.save, args: ["-t", table] });
-      if (result.code !== 0) return;
-      save = result.stdout;
-    } catch {
-      return;
-    }
-    const script = renderCleanup({ table, save }, family);
-    if (script.isEmpty) return;
-    logger.info("Removing {count} kproxy chains from {program} table {table}", {
-      count: script.deletedChains(table).length,
-      program: programs.restore,
-      table,
+    await removeChains(this.#executor, {
+      owns: isIptablesModeChain,
+      keep: options.keepChains,
+      owner: "iptables mode",
     });
-    await this.#restore(programs, script);
   }
 
   /**

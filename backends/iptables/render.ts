@@ -683,24 +683,30 @@ export function parseSavedChains(save: string): string[] {
   return chains;
 }
 
+/** What {@linkcode renderCleanup} removes chains from. */
+export interface CleanupInput {
+  table: IptablesTable;
+  /** That table's `iptables-save` output. */
+  save: string;
+  /** The chains to remove. @default the chains {@linkcode isOwnedChain} accepts */
+  removes?: (chain: string) => boolean;
+}
+
 /**
- * Renders the removal of everything kproxy owns in one table, from that
- * table's `iptables-save` output: the jumps from other chains are deleted,
- * then every owned chain is flushed and deleted. Empty when nothing is owned.
+ * Renders the removal of chains from one table, from that table's
+ * `iptables-save` output: the jumps from other chains are deleted, then every
+ * removed chain is flushed and deleted. Empty when nothing is removed.
  */
-export function renderCleanup(
-  saved: { table: IptablesTable; save: string },
-  family: IpFamily,
-): IptablesRestoreScript {
+export function renderCleanup(saved: CleanupInput, family: IpFamily): IptablesRestoreScript {
   const script = new IptablesRestoreScript(family);
-  const owned = parseSavedChains(saved.save).filter(isOwnedChain);
+  const owned = parseSavedChains(saved.save).filter(saved.removes ?? isOwnedChain);
   if (owned.length === 0) return script;
   const ownedSet = new Set(owned);
   const jumps: string[][] = [];
   for (const line of saved.save.split("\n")) {
-    const match = /^-A (\S+) (.*) -j (\S+)$/.exec(line);
+    const match = /^-A (\S+) (?:(.*) )?-j (\S+)$/.exec(line);
     if (match?.[1] && match[3] && !ownedSet.has(match[1]) && ownedSet.has(match[3])) {
-      jumps.push([match[1], ...splitSavedArgs(`${match[2]} -j ${match[3]}`)]);
+      jumps.push([match[1], ...splitSavedArgs(`${match[2] ?? ""} -j ${match[3]}`)]);
     }
   }
   for (const chain of owned) script.declareChain(saved.table, chain);

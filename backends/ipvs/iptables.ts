@@ -13,6 +13,7 @@
 
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
+import type { ChainOwnership } from "../iptables/chains.ts";
 import { type IpsetKey, ipsetName, validateCidr } from "./render.ts";
 
 /** Options for {@linkcode renderIpvsIptables}. */
@@ -79,6 +80,21 @@ export const IPVS_CHAINS = Object.freeze(
     filter: ["KUBE-FORWARD", "KUBE-PROXY-FIREWALL"],
   } as const,
 );
+
+/** Chains only kube-proxy's ipvs mode creates (upstream's `iptablesCleanupChains`). */
+const KUBE_PROXY_IPVS_CHAINS: Readonly<Record<string, readonly string[]>> = {
+  filter: [
+    "KUBE-NODE-PORT",
+    "KUBE-SOURCE-RANGES-FIREWALL",
+    "KUBE-IPVS-FILTER",
+    "KUBE-IPVS-OUT-FILTER",
+  ],
+};
+
+/** The iptables chains of the ipvs mode, kproxy's or kube-proxy's. */
+export const isIpvsModeChain: ChainOwnership = (table, chain) =>
+  ((IPVS_CHAINS as Record<string, readonly string[]>)[table]?.includes(chain) ?? false) ||
+  (KUBE_PROXY_IPVS_CHAINS[table]?.includes(chain) ?? false);
 
 const INTERFACE = /^[A-Za-z0-9_.:@-]{1,15}$/;
 
@@ -216,18 +232,6 @@ function externalLocalRules(chain: string, localMatch: string): string[] {
     `-A ${chain} -j KUBE-MARK-MASQ`,
     `-A ${chain} -j ACCEPT`,
   ];
-}
-
-/** Renders `iptables-restore --noflush` input that flushes and deletes every owned chain
- * (the jumps into them must be deleted first). */
-export function renderIpvsIptablesCleanup(): string {
-  const table = (name: "nat" | "filter") => [
-    `*${name}`,
-    ...IPVS_CHAINS[name].map((chain) => `:${chain} - [0:0]`),
-    ...IPVS_CHAINS[name].map((chain) => `-X ${chain}`),
-    "COMMIT",
-  ];
-  return [...table("nat"), ...table("filter"), ""].join("\n");
 }
 
 /** The iptables programs of a family and `iptables.backend` value. */

@@ -8,7 +8,14 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
+import {
+  type Backend,
+  type CleanupOptions,
+  ModeUnavailableError,
+  type SyncRequest,
+  type SyncResult,
+} from "../backend.ts";
+import { removeChains } from "../iptables/cleanup.ts";
 import { type Clock, systemClock } from "../../lib/clock.ts";
 import type { Config } from "../../lib/config_types.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
@@ -21,15 +28,13 @@ import {
   type IptablesJump,
   iptablesPrograms,
   IPVS_JUMPS,
+  isIpvsModeChain,
   renderIpvsIptables,
-  renderIpvsIptablesCleanup,
 } from "./iptables.ts";
+import { ownedIpsets, ownedVirtualServers } from "./leftovers.ts";
 import { parseIpvsadmList, parseIpvsadmSave } from "./parse.ts";
 import {
   DUMMY_INTERFACE,
-  IPSET_BASES,
-  type IpsetKey,
-  ipsetName,
   type IpvsDesiredState,
   renderDummyBatch,
   renderIpsetRestoreDiff,
@@ -62,10 +67,10 @@ interface FamilyState {
   graceful: GracefulTermination;
 }
 
-/** Thrown when the kernel has no IPVS: the mode cannot run (upstream exits). */
-export class IpvsUnavailableError extends Error {
-  constructor(detail: string) {
-    super(`Cannot use the ipvs proxy mode: IPVS is not available in the kernel: ${detail}`);
+/** Thrown when the node cannot run the ipvs mode: kproxy exits at start, as kube-proxy does. */
+export class IpvsUnavailableError extends ModeUnavailableError {
+  constructor(missing: string) {
+    super(`Cannot use the ipvs proxy mode: ${missing}`);
     this.name = "IpvsUnavailableError";
   }
 }
@@ -95,6 +100,7 @@ class IpvsBackend implements Backend {
   readonly #state = new Map<IpFamily, FamilyState>();
   #started = false;
   #needFull = true;
+  #available = false;
 
   constructor(options: IpvsBackendOptions) {
     this.#executor = options.executor;
@@ -140,46 +146,112 @@ class IpvsBackend implements Backend {
     return false;
   }
 
-  async cleanup(): Promise<void> {
-    const attempt = async (what: string, command: Parameters<Executor["run"]>[0]) => {
-      const result = await this.#executor.run(command);
-      if (result.code !== 0) {
-        logger.debug("Cleanup step {what} failed: {stderr}", { what, stderr: result.stderr });
-      }
-      return result.code === 0;
-    };
-    await attempt("ipvsadm clear", { program: "ipvsadm", args: ["-C"] });
-    await attempt("dummy interface", { program: "ip", args: ["link", "del", DUMMY_INTERFACE] });
-    for (const family of this.#families) {
-      const programs = iptablesPrograms(family, this.#config.iptables.backend);
-      for (const jump of IPVS_JUMPS) {
-        await attempt("jump", { program: programs.iptables, args: jumpArgs("-D", jump) });
-      }
-      await attempt("chains", {
-        program: programs.restore,
-        args: ["-w", "--noflush"],
-        stdin: renderIpvsIptablesCleanup(),
-      });
-      for (const key of Object.keys(IPSET_BASES) as IpsetKey[]) {
-        await attempt("ipset", { program: "ipset", args: ["destroy", ipsetName(key, family)] });
-      }
-    }
+  async preflight(): Promise<void> {
+    if (this.#available) return;
+    const missing = await this.#missingPiece();
+    if (missing !== undefined) throw new IpvsUnavailableError(missing);
+    this.#available = true;
+  }
+
+  /**
+   * Removes only what the ipvs mode created: the virtual servers bound to
+   * `kube-ipvs0` (never another program's, so never `ipvsadm -C`), the
+   * interface, the mode's iptables chains except `options.keepChains`, and
+   * its ipsets (after the rules that use them).
+   */
+  async cleanup(options: CleanupOptions = {}): Promise<void> {
     this.#state.clear();
     this.#started = false;
     this.#needFull = true;
+    const bound = await this.#dummyAddresses();
+    if (bound !== undefined) {
+      await this.#removeVirtualServers(bound);
+      await runChecked(this.#executor, { program: "ip", args: ["link", "del", DUMMY_INTERFACE] });
+      logger.info("Removed the {device} interface", { device: DUMMY_INTERFACE });
+    }
+    await removeChains(this.#executor, {
+      owns: isIpvsModeChain,
+      keep: options.keepChains,
+      owner: "ipvs mode",
+      families: this.#families,
+    });
+    await this.#removeIpsets();
+  }
+
+  /** What the node lacks to run this mode, or undefined when it has everything. */
+  async #missingPiece(): Promise<string | undefined> {
+    const probes: { program: string; args: string[]; missing: string }[] = [
+      { program: "ipvsadm", args: ["-Ln"], missing: "the kernel has no IPVS support" },
+      { program: "ipset", args: ["version"], missing: "the kernel has no ipset support" },
+    ];
+    for (const probe of probes) {
+      let result;
+      try {
+        result = await this.#executor.run({ program: probe.program, args: probe.args });
+      } catch (error) {
+        const reason = (error instanceof Error ? error.message : String(error))
+          .replace(/^Cannot run "[^"]*": /, "");
+        return `${probe.program} is not available (${reason})`;
+      }
+      if (result.code !== 0) {
+        const detail = (result.stderr.trim() || `exit status ${result.code}`).split("\n")[0];
+        return `${probe.missing} (${[probe.program, ...probe.args].join(" ")}: ${detail})`;
+      }
+    }
+    return undefined;
+  }
+
+  /** Addresses bound to `kube-ipvs0`; undefined when there is no such interface. */
+  async #dummyAddresses(): Promise<string[] | undefined> {
+    const result = await this.#executor.run({
+      program: "ip",
+      args: ["-o", "address", "show", "dev", DUMMY_INTERFACE],
+    });
+    return result.code === 0 ? parseAddresses(result.stdout) : undefined;
+  }
+
+  async #removeVirtualServers(bound: readonly string[]): Promise<void> {
+    let listing;
+    try {
+      listing = await this.#executor.run({ program: "ipvsadm", args: ["-Sn"] });
+    } catch (error) {
+      logger.debug("No IPVS virtual servers to remove: {error}", { error });
+      return;
+    }
+    if (listing.code !== 0) {
+      logger.debug("No IPVS virtual servers to remove: {stderr}", {
+        stderr: listing.stderr.trim(),
+      });
+      return;
+    }
+    const owned = ownedVirtualServers(parseIpvsadmSave(listing.stdout), bound);
+    await this.#ipvsRestore(owned.map((vs) => ({ kind: "delete-service", vs })));
+    if (owned.length > 0) {
+      logger.info("Removed {count} IPVS virtual servers bound to {device}", {
+        count: owned.length,
+        device: DUMMY_INTERFACE,
+      });
+    }
+  }
+
+  async #removeIpsets(): Promise<void> {
+    let names: string[];
+    try {
+      const listed = await this.#executor.run({ program: "ipset", args: ["list", "-n"] });
+      if (listed.code !== 0) return;
+      names = ownedIpsets(listed.stdout.split("\n").map((line) => line.trim()));
+    } catch (error) {
+      logger.debug("No ipsets to remove: {error}", { error });
+      return;
+    }
+    for (const name of names) {
+      await runChecked(this.#executor, { program: "ipset", args: ["destroy", name] });
+    }
+    if (names.length > 0) logger.info("Removed the ipsets {names}", { names: names.join(", ") });
   }
 
   async #start(families: IpFamily[]): Promise<void> {
-    let detail = "";
-    try {
-      const result = await this.#executor.run({ program: "ipvsadm", args: ["-Ln"] });
-      if (result.code === 0) detail = "";
-      else detail = result.stderr.trim() || `exit status ${result.code}`;
-    } catch (error) {
-      detail = error instanceof Error ? error.message : String(error);
-    }
-    if (detail !== "") throw new IpvsUnavailableError(detail);
-
+    await this.preflight();
     const sysctls: Record<string, string> = {
       "net.ipv4.vs.conntrack": "1",
       "net.ipv4.vs.expire_nodest_conn": "1",

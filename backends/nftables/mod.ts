@@ -11,7 +11,7 @@
 import { getLogger } from "@logtape/logtape";
 import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
-import { CommandError, describeCommand, type Executor, runChecked } from "../../lib/exec.ts";
+import { type Executor, isMissingProgram, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { setSysctls } from "../../lib/sysctl.ts";
@@ -22,6 +22,7 @@ import {
   estimateElements,
   nftFamily,
   parseCanaryGeneration,
+  parseTableList,
   renderDeleteTable,
   renderFull,
   renderIncremental,
@@ -46,6 +47,12 @@ export interface NftablesBackendOptions {
   table?: string;
   /** Largest share of time the skeleton drift check may take. @default {0.05} */
   driftCheckBudget?: number;
+  /**
+   * Tables of the program this mode replaces (kube-proxy's `kube-proxy`), in
+   * each family: deleted in the same `nft -f` as the first full write, so no
+   * packet ever sees neither ruleset, and by `cleanup()`. @default {[]}
+   */
+  replacedTables?: readonly string[];
 }
 
 /**
@@ -82,12 +89,17 @@ class NftablesBackend implements Backend {
   #generation = 0;
   #sysctlsDone = false;
   readonly #skeleton: SkeletonCheck;
+  readonly #replacedTables: readonly string[];
+  /** Replaced tables still to delete with the next full write. */
+  #replacing: boolean;
 
   constructor(options: NftablesBackendOptions) {
     this.#executor = options.executor;
     this.#config = options.config;
     this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
     this.#table = options.table ?? DEFAULT_TABLE;
+    this.#replacedTables = options.replacedTables ?? [];
+    this.#replacing = this.#replacedTables.length > 0;
     this.#skeleton = new SkeletonCheck({
       executor: options.executor,
       budget: options.driftCheckBudget,
@@ -127,6 +139,10 @@ class NftablesBackend implements Backend {
       }
     }
     if (full) transactions = plans.map((plan) => renderFull(plan, options));
+    const replacing = full && this.#replacing;
+    // Only for the log: the deletions below hold whether or not the tables exist.
+    const replaced = replacing ? await this.#existing(this.#replacedTables).catch(() => []) : [];
+    if (replacing) transactions.push(...this.#deleteTables(this.#replacedTables));
     const error = transactions.find((tx) => tx.error !== undefined)?.error;
     if (error !== undefined) {
       this.#needFull = true;
@@ -146,6 +162,14 @@ class NftablesBackend implements Backend {
       throw cause;
     }
     this.#generation = generation;
+    if (replacing) {
+      this.#replacing = false;
+      for (const table of replaced) {
+        logger.info("Removed nftables table {table} in the transaction of the first sync", {
+          table,
+        });
+      }
+    }
     if (full) this.#skeleton.reset();
     this.#needFull = false;
     this.#applied = new Map(plans.map((plan) => [plan.family, plan]));
@@ -213,26 +237,43 @@ class NftablesBackend implements Backend {
     };
   }
 
+  /** Removes kproxy's tables and the replaced ones (kube-proxy's) that exist, in one transaction. */
   async cleanup(): Promise<void> {
-    for (const family of ["IPv4", "IPv6"] as const) {
-      const command = {
+    const tables = [this.#table, ...this.#replacedTables];
+    let present: string[];
+    try {
+      present = await this.#existing(tables);
+    } catch (error) {
+      if (!isMissingProgram(error)) throw error;
+      logger.debug("No nftables tables to remove: {error}", { error });
+      present = [];
+    }
+    if (present.length > 0) {
+      await runChecked(this.#executor, {
         program: "nft",
         args: ["-f", "-"],
-        stdin: renderDeleteTable(family, this.#table).toString(),
-      };
-      const result = await this.#executor.run(command);
-      if (result.code !== 0 && !/No such file or directory/.test(result.stderr)) {
-        throw new CommandError(
-          command,
-          result,
-          `Cannot run "${
-            describeCommand(command)
-          }": exit status ${result.code}: ${result.stderr.trim()}`,
-        );
-      }
+        stdin: this.#deleteTables(tables, new Set(present)).map((tx) => tx.toString()).join(""),
+      });
+      for (const table of present) logger.info("Removed nftables table {table}", { table });
     }
     this.#applied.clear();
     this.#skeleton.reset();
     this.#needFull = true;
+  }
+
+  /** Deletions of `tables` in both families (only those in `only`, when given). */
+  #deleteTables(tables: readonly string[], only?: ReadonlySet<string>): Transaction[] {
+    return (["IPv4", "IPv6"] as const).flatMap((family) =>
+      tables.filter((table) => only?.has(`${nftFamily(family)} ${table}`) ?? true)
+        .map((table) => renderDeleteTable(family, table))
+    );
+  }
+
+  /** Which of `tables` exist, as `family table`, from `nft list tables`. */
+  async #existing(tables: readonly string[]): Promise<string[]> {
+    const listed = await runChecked(this.#executor, { program: "nft", args: ["list", "tables"] });
+    return parseTableList(listed.stdout).filter((entry) =>
+      tables.includes(entry.slice(entry.indexOf(" ") + 1)) && /^ip6? /.test(entry)
+    );
   }
 }

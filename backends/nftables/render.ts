@@ -909,6 +909,13 @@ function tryServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObjec
 /**
  * Renders the whole table for one plan: `add table`, `delete table` and a
  * rebuild, which replaces any earlier table atomically in one `nft -f`.
+ *
+ * Re-creating (not flushing) the table also registers its base chains anew,
+ * and the kernel runs a hook registered later before the others of the same
+ * priority; of nat chains, the first that NATs a connection decides it. So
+ * while another proxy's nat chains at the same priority still exist
+ * (kube-proxy's dstnat chains during a takeover), kproxy's rules decide
+ * after each full sync (tests/kernel/nat_order_test.ts).
  */
 export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
   const ctx = context(plan, options);
@@ -1206,9 +1213,19 @@ function diffAddressSet(
   for (const [key, element] of next) if (!old.has(key)) tx.add(element);
 }
 
-/** Renders `delete table` for a family (for cleanup). */
+/**
+ * Renders the removal of a table of a family whether it exists or not
+ * (`add table` is a no-op on an existing one, then `delete table`), so it can
+ * join a transaction without making it fail.
+ */
 export function renderDeleteTable(family: IpFamily, table = DEFAULT_TABLE): Transaction {
   const tx = new Transaction(tableRef(family, table));
+  tx.add(new Table());
   tx.delete(new Table());
   return tx;
+}
+
+/** Parses `nft list tables` output into `family table` pairs, e.g. `ip kube-proxy`. */
+export function parseTableList(text: string): string[] {
+  return [...text.matchAll(/^table (\S+) (\S+)/gm)].map((match) => `${match[1]} ${match[2]}`);
 }

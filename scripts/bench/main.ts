@@ -8,6 +8,7 @@
  * deno task bench --quick                         # 1k and 10k only
  * deno task bench --sizes=1000,5000 --only=fullsync,change
  * deno task bench --only=storm --modes=iptables  # one mode of the change and storm sections
+ * deno task bench --only=takeover                # the takeover gap from each kube-proxy mode
  * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
  * ```
  *
@@ -22,6 +23,7 @@ import { loadIptablesBaseline } from "./baseline.ts";
 import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
+import { benchTakeover } from "./takeover.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -33,7 +35,15 @@ import {
 import { NAMESPACE_PREFIX } from "./harness.ts";
 
 /** The sections a run can measure. */
-export const SECTIONS = ["fullsync", "change", "startup", "storm", "memory", "datapath"] as const;
+export const SECTIONS = [
+  "fullsync",
+  "change",
+  "startup",
+  "storm",
+  "memory",
+  "datapath",
+  "takeover",
+] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
 
@@ -53,6 +63,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   }
   if (name.startsWith("event storm")) return has("storm") && measuredMode;
   if (name.startsWith("data path")) return has("datapath");
+  if (name.startsWith("takeover")) return has("takeover");
   return false;
 }
 
@@ -258,6 +269,11 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.datapath = await benchDatapath({ services: tenK, rounds: 300 });
     });
   }
+  if (has("takeover")) {
+    await section(results, "takeover and hand-back", async () => {
+      results.takeover = await benchTakeover();
+    });
+  }
   return results;
 }
 
@@ -293,6 +309,7 @@ export function merge(
   }
   if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
   if (has("datapath")) merged.datapath = fresh.datapath;
+  if (has("takeover")) merged.takeover = fresh.takeover;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,

@@ -29,6 +29,26 @@ export async function kernelSkipReason(programs: readonly string[]): Promise<str
   return reason;
 }
 
+/** Why IPVS cannot be used in a fresh namespace here, or undefined when it can. */
+export async function ipvsUnavailableReason(): Promise<string | undefined> {
+  const ns = `kp-k-${Topology.randomTag()}-ipvs`;
+  const add = await new Deno.Command("ip", { args: ["netns", "add", ns], stderr: "piped" })
+    .output();
+  if (!add.success) return `cannot create namespace ${ns}`;
+  try {
+    const list = await new Deno.Command("ip", {
+      args: ["netns", "exec", ns, "ipvsadm", "-Ln"],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (list.success) return undefined;
+    const stderr = new TextDecoder().decode(list.stderr).trim();
+    return `ipvsadm -Ln failed: ${stderr.split("\n")[0]}`;
+  } finally {
+    await new Deno.Command("ip", { args: ["netns", "del", ns] }).output();
+  }
+}
+
 /** A fresh topology with the kernel-test prefix `kp-k-<random4>-`: 3 local pods, 1 remote. */
 export function createTestTopology(): Promise<Topology> {
   return Topology.create({

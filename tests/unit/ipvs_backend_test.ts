@@ -87,8 +87,9 @@ Deno.test("IpvsBackend.sync() full: sysctls, timeouts, sets, rules, jumps, VIPs,
   const result = await backend.sync(request(SCENARIOS.nodeport!, true));
   assertEquals(result.full, true);
   const lines = kernel.take().map((c) => c.line);
-  assertEquals(lines.slice(0, 10), [
+  assertEquals(lines.slice(0, 11), [
     "ipvsadm -Ln",
+    "ipset version",
     "sysctl -w net.ipv4.vs.conntrack=1",
     "sysctl -w net.ipv4.vs.expire_nodest_conn=1",
     "sysctl -w net.ipv4.vs.expire_quiescent_template=1",
@@ -99,7 +100,7 @@ Deno.test("IpvsBackend.sync() full: sysctls, timeouts, sets, rules, jumps, VIPs,
     "ipvsadm -Sn",
     "ip -o address show dev kube-ipvs0",
   ]);
-  assertEquals(lines.slice(10, 14), [
+  assertEquals(lines.slice(11, 15), [
     "ip link add kube-ipvs0 type dummy",
     "ipset restore -exist",
     "iptables-restore -w --noflush",
@@ -339,22 +340,103 @@ Deno.test("IpvsBackend.checkDrift() reports a virtual server removed behind its 
   assertEquals(await backend.checkDrift!(), true);
 });
 
-Deno.test("IpvsBackend.cleanup() clears IPVS, the dummy interface, jumps, chains and ipsets", async () => {
+/** `ipvsadm -Sn` of a node where keepalived's virtual server sits beside kproxy's. */
+const FOREIGN_AND_OWN = [
+  "-A -t 192.0.2.10:80 -s wlc", // keepalived
+  "-a -t 192.0.2.10:80 -r 192.0.2.21:80 -g -w 1",
+  "-A -t 10.96.0.10:80 -s rr", // kproxy's, its address bound to kube-ipvs0
+  "-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1",
+  "",
+].join("\n");
+
+Deno.test("IpvsBackend.cleanup() deletes only the virtual servers bound to kube-ipvs0, never -C", async () => {
   const kernel = new FakeKernel();
-  const backend = createIpvsBackend({
-    executor: kernel.executor,
-    config: testConfig(),
-    families: ["IPv4"],
-  });
+  kernel.save = FOREIGN_AND_OWN;
+  kernel.dummy = "7: kube-ipvs0    inet 10.96.0.10/32 scope global kube-ipvs0\n";
+  const backend = createIpvsBackend({ executor: kernel.executor, config: testConfig() });
+  await backend.cleanup();
+  const calls = kernel.take();
+  ok(!calls.some((c) => c.line.startsWith("ipvsadm -C")), "no ipvsadm -C");
+  assertEquals(ipvsRestores(calls), ["-D -t 10.96.0.10:80\n"]);
+  ok(calls.some((c) => c.line === "ip link del kube-ipvs0"));
+});
+
+Deno.test("IpvsBackend.cleanup() without kube-ipvs0 changes no IPVS state and no interface", async () => {
+  const kernel = new FakeKernel();
+  kernel.save = FOREIGN_AND_OWN;
+  const backend = createIpvsBackend({ executor: kernel.executor, config: testConfig() });
   await backend.cleanup();
   const lines = kernel.take().map((c) => c.line);
-  assertEquals(lines.slice(0, 2), ["ipvsadm -C", "ip link del kube-ipvs0"]);
-  ok(
-    lines.includes(
-      "iptables -w -t nat -D PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES",
-    ),
-  );
-  ok(lines.includes("iptables-restore -w --noflush"));
-  ok(lines.includes("ipset destroy KUBE-CLUSTER-IP"));
-  ok(lines.includes("ipset destroy KUBE-LOAD-BALANCER-SOURCE-CIDR"));
+  ok(!lines.some((line) => line.startsWith("ipvsadm")), lines.join("\n"));
+  ok(!lines.some((line) => line.startsWith("ip link")), lines.join("\n"));
+});
+
+Deno.test("IpvsBackend.cleanup() destroys only the mode's ipsets, after its iptables chains", async () => {
+  const kernel = new FakeKernel();
+  kernel.executor.setHandler((command) => {
+    const line = [command.program, ...command.args].join(" ");
+    if (line === "ipset list -n") {
+      return ok0("KUBE-CLUSTER-IP\nKUBE-6-LOOP-BACK\nKUBE6-NODE-PORT-TCP\ncali40masq-ipam-pools\n");
+    }
+    if (line === "iptables-nft-save") {
+      return ok0(
+        "*nat\n:POSTROUTING ACCEPT [0:0]\n:KUBE-POSTROUTING - [0:0]\n" +
+          '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING\n' +
+          "COMMIT\n",
+      );
+    }
+    if (line.startsWith("ip -o address")) return { code: 1, stdout: "", stderr: "no device" };
+    return ok0("");
+  });
+  const backend = createIpvsBackend({ executor: kernel.executor, config: testConfig() });
+  await backend.cleanup();
+  const lines = kernel.take().map((c) => c.line);
+  const destroyed = lines.filter((line) => line.startsWith("ipset destroy"));
+  assertEquals(destroyed, [
+    "ipset destroy KUBE-CLUSTER-IP",
+    "ipset destroy KUBE-6-LOOP-BACK",
+    "ipset destroy KUBE6-NODE-PORT-TCP",
+  ]);
+  ok(lines.indexOf("iptables-nft-restore -w 5 --noflush") < lines.indexOf(destroyed[0]!));
+});
+
+Deno.test("IpvsBackend.preflight() names what the node lacks in one line", async (t) => {
+  const cases: [string, (command: Command) => CommandResult, RegExp][] = [
+    [
+      "no IPVS in the kernel",
+      (command) =>
+        command.program === "ipvsadm"
+          ? {
+            code: 2,
+            stdout: "",
+            stderr: "Can't initialize ipvs: Protocol not available\n" +
+              "Are you sure that IP Virtual Server is built in the kernel or as module?\n",
+          }
+          : ok0(""),
+      /^Cannot use the ipvs proxy mode: the kernel has no IPVS support \(ipvsadm -Ln: Can't initialize ipvs: Protocol not available\)$/,
+    ],
+    [
+      "no ipvsadm",
+      (command) => {
+        if (command.program === "ipvsadm") {
+          throw new Error('Cannot run "ipvsadm": program not found in PATH');
+        }
+        return ok0("");
+      },
+      /^Cannot use the ipvs proxy mode: ipvsadm is not available \(program not found in PATH\)$/,
+    ],
+  ];
+  for (const [name, answer, message] of cases) {
+    await t.step(name, async () => {
+      const executor = new FakeExecutor(answer);
+      const backend = createIpvsBackend({ executor, config: testConfig() });
+      await rejects(backend.preflight!(), (error: Error) => {
+        ok(error instanceof IpvsUnavailableError);
+        ok(message.test(error.message), error.message);
+        return true;
+      });
+    });
+  }
+  const backend = createIpvsBackend({ executor: new FakeExecutor(), config: testConfig() });
+  await backend.preflight!();
 });

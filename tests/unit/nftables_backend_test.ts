@@ -233,18 +233,58 @@ Deno.test("createNftablesBackend() checkDrift() catches an edited skeleton chain
   }
 });
 
-Deno.test("createNftablesBackend() cleanup() deletes both tables and ignores missing ones", async () => {
-  const executor = new FakeExecutor();
-  executor.reply({ code: 1, stderr: "Error: Could not process rule: No such file or directory" }, {
-    code: 0,
+/** An nftables backend replacing kube-proxy's tables, as the registry creates it. */
+function replacing(executor: FakeExecutor) {
+  return createNftablesBackend({
+    executor,
+    config: defaultConfig("node-a"),
+    replacedTables: ["kube-proxy"],
   });
-  await backend(executor).cleanup();
-  assert.deepEqual(executor.calls.map((c) => c.stdin), [
-    "delete table ip kproxy\n",
-    "delete table ip6 kproxy\n",
+}
+
+const LISTED = "table ip kproxy\ntable inet firewalld\ntable ip kube-proxy\ntable ip nat\n";
+
+Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables that exist, in one transaction", async () => {
+  const executor = new FakeExecutor((command) =>
+    command.args[0] === "list"
+      ? { code: 0, stdout: LISTED, stderr: "" }
+      : { code: 0, stdout: "", stderr: "" }
+  );
+  await replacing(executor).cleanup();
+  assert.deepEqual(executor.calls.map((c) => [c.args.join(" "), c.stdin]), [
+    ["list tables", undefined],
+    [
+      "-f -",
+      "add table ip kproxy\ndelete table ip kproxy\nadd table ip kube-proxy\ndelete table ip kube-proxy\n",
+    ],
   ]);
+  const empty = new FakeExecutor();
+  await replacing(empty).cleanup();
+  assert.deepEqual(empty.calls.map((c) => c.args.join(" ")), ["list tables"]);
   const failing = new FakeExecutor().reply({ code: 1, stderr: "Error: Operation not permitted" });
-  await assert.rejects(backend(failing).cleanup(), CommandError);
+  await assert.rejects(replacing(failing).cleanup(), CommandError);
+});
+
+Deno.test("createNftablesBackend() deletes the replaced tables in the transaction of its first full write", async () => {
+  const executor = new FakeExecutor((command) =>
+    command.args[0] === "list"
+      ? { code: 0, stdout: LISTED, stderr: "" }
+      : { code: 0, stdout: "", stderr: "" }
+  );
+  const nft = replacing(executor);
+  executor.reply({ code: 0, stdout: LISTED }, { code: 1, stderr: "Error: interrupted" });
+  await assert.rejects(nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true }));
+  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
+  const loads = nftCalls(executor).filter((c) => c.args[0] === "-f");
+  const deletions = "add table ip kube-proxy\ndelete table ip kube-proxy\n" +
+    "add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n";
+  assert.equal(loads.length, 3);
+  for (const failedThenApplied of loads.slice(0, 2)) {
+    assert.match(failedThenApplied.stdin!, /^add table ip kproxy\n/);
+    assert.ok(failedThenApplied.stdin!.endsWith(deletions), "program first, then delete");
+  }
+  assert.doesNotMatch(loads[2]!.stdin!, /kube-proxy/, "only until the first write succeeds");
 });
 
 Deno.test("createNftablesBackend() sets nf_conntrack_tcp_be_liberal once when configured", async () => {

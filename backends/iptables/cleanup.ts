@@ -1,0 +1,155 @@
+/**
+ * Removes a mode's iptables chains, and the rules that jump to them, from
+ * every iptables table that exists: both variants (nft and legacy) and both
+ * families. It creates no table: each variant's save program runs once
+ * without `-t`, which lists only the tables that exist, while
+ * `iptables-legacy-save -t TABLE` would create a missing legacy table (after
+ * which every `iptables-save` on the node warns about legacy tables).
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import { type Executor, runChecked } from "../../lib/exec.ts";
+import type { IpFamily } from "../../lib/model.ts";
+import type { ChainOwnership, IptablesTable } from "./chains.ts";
+import { iptablesPrograms, type IptablesVariant } from "./detect.ts";
+import { renderCleanup } from "./render.ts";
+
+const logger = getLogger(["kproxy", "iptables"]);
+
+const CLEANED_TABLES: readonly IptablesTable[] = ["mangle", "filter", "nat"];
+
+/** Options for {@linkcode removeChains}. */
+export interface RemoveChainsOptions {
+  /** The chains of the mode being removed. */
+  owns: ChainOwnership;
+  /** Chains kept although `owns` accepts them: those the running mode uses. */
+  keep?: ChainOwnership;
+  /** Whose chains these are, for the log, e.g. "iptables mode". */
+  owner: string;
+  /** @default {["IPv4", "IPv6"]} */
+  families?: readonly IpFamily[];
+  /** @default {["nft", "legacy"]} */
+  variants?: readonly IptablesVariant[];
+}
+
+/** Chains removed from one table by one program. */
+export interface RemovedChains {
+  program: string;
+  table: IptablesTable;
+  chains: string[];
+}
+
+/**
+ * Splits `iptables-save` output into the text of each table it lists.
+ *
+ * @example Usage
+ * ```ts
+ * splitSave("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n").get("nat"); // "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT"
+ * ```
+ */
+export function splitSave(save: string): Map<string, string> {
+  const tables = new Map<string, string>();
+  let table: string | undefined;
+  let lines: string[] = [];
+  for (const line of save.split("\n")) {
+    if (line.startsWith("*")) {
+      table = line.slice(1).trim();
+      lines = [line];
+    } else if (table !== undefined) {
+      lines.push(line);
+      if (line === "COMMIT") {
+        tables.set(table, lines.join("\n"));
+        table = undefined;
+      }
+    }
+  }
+  return tables;
+}
+
+/**
+ * Removes the chains `options.owns` accepts (minus `options.keep`) from every
+ * existing table of both variants and the families; logs what it removed.
+ * A variant whose programs are missing holds nothing.
+ *
+ * @throws {AggregateError} when some variant or family could not be cleaned; the others are
+ */
+export async function removeChains(
+  executor: Executor,
+  options: RemoveChainsOptions,
+): Promise<RemovedChains[]> {
+  const removed: RemovedChains[] = [];
+  const errors: unknown[] = [];
+  const removes = (table: string) => (chain: string) =>
+    options.owns(table, chain) && !(options.keep?.(table, chain) ?? false);
+  for (const variant of options.variants ?? ["nft", "legacy"] as const) {
+    for (const family of options.families ?? ["IPv4", "IPv6"] as const) {
+      const programs = iptablesPrograms(variant, family);
+      const tables = await existingTables(executor, programs.save);
+      const scripts = CLEANED_TABLES.flatMap((table) => {
+        const save = tables.get(table);
+        if (save === undefined) return [];
+        const script = renderCleanup({ table, save, removes: removes(table) }, family);
+        return script.isEmpty ? [] : [{ table, script }];
+      });
+      if (scripts.length === 0) continue;
+      try {
+        const invalid = scripts.find(({ script }) => script.error !== undefined);
+        if (invalid) throw invalid.script.error;
+        await runChecked(executor, {
+          program: programs.restore,
+          args: ["-w", "5", "--noflush"],
+          stdin: scripts.map(({ script }) => script.toString()).join(""),
+        });
+      } catch (error) {
+        errors.push(error);
+        continue;
+      }
+      for (const { table, script } of scripts) {
+        const chains = script.deletedChains(table);
+        removed.push({ program: programs.restore, table, chains });
+        logger.info(
+          "Removed {count} chains of the {owner} from {variant} table {family} {table}: {chains}",
+          {
+            count: chains.length,
+            owner: options.owner,
+            variant: `iptables-${variant}`,
+            family,
+            table,
+            chains: summarize(chains),
+          },
+        );
+      }
+    }
+  }
+  if (errors.length > 0) {
+    throw new AggregateError(
+      errors,
+      `Cannot remove the ${options.owner} chains: ${errors.length} restores failed: ${
+        errors.map((error) => error instanceof Error ? error.message : String(error)).join("; ")
+      }`,
+    );
+  }
+  return removed;
+}
+
+/** The tables `save` (run without `-t`) lists; none when the program is missing or fails. */
+async function existingTables(executor: Executor, save: string): Promise<Map<string, string>> {
+  try {
+    const result = await executor.run({ program: save, args: [] });
+    if (result.code === 0) return splitSave(result.stdout);
+    logger.debug("Cannot list tables with {program}: {stderr}", {
+      program: save,
+      stderr: result.stderr.trim(),
+    });
+  } catch (error) {
+    logger.debug("Cannot list tables with {program}: {error}", { program: save, error });
+  }
+  return new Map();
+}
+
+function summarize(chains: readonly string[]): string {
+  const shown = chains.slice(0, 8).join(", ");
+  return chains.length > 8 ? `${shown} and ${chains.length - 8} more` : shown;
+}

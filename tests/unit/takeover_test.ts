@@ -1,0 +1,124 @@
+import assert from "node:assert/strict";
+import { LEFTOVERS } from "../../backends/registry.ts";
+import { defaultConfig } from "../../lib/config.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
+import { LeftoverRemoval } from "../../lib/takeover.ts";
+import {
+  ManualSource,
+  serviceObject,
+  sliceObject,
+  startKproxy,
+  waitFor,
+} from "../faults/harness.ts";
+
+const LISTED_TABLES = "table ip kube-proxy\ntable ip6 kube-proxy\n";
+
+/** A node as the commands see it: kube-proxy's nftables tables are there. */
+function node(): FakeExecutor {
+  return new FakeExecutor((command) => {
+    if (command.program === "nft" && command.args[0] === "list") {
+      return { code: 0, stdout: LISTED_TABLES, stderr: "" };
+    }
+    if (command.program === "ip") return { code: 1, stdout: "", stderr: "no kube-ipvs0" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+}
+
+function line(call: RecordedCommand): string {
+  return [call.program, ...call.args].join(" ");
+}
+
+const OBJECTS = [
+  serviceObject({ name: "web", clusterIP: "10.96.0.10" }),
+  sliceObject("web", ["10.244.1.10"]),
+];
+
+Deno.test("main() in nftables mode programs first, then removes other modes' leftovers", async () => {
+  const executor = node();
+  const kproxy = await startKproxy({ source: ManualSource.listed(OBJECTS), executor });
+  try {
+    await waitFor(
+      "the leftovers removed",
+      () => executor.calls.some((call) => line(call) === "ipset list -n"),
+    );
+  } finally {
+    await kproxy.stop();
+  }
+  const calls = executor.calls.map(line);
+  const firstWrite = calls.indexOf("nft -f -");
+  assert.ok(firstWrite >= 0, calls.join("\n"));
+  const write = executor.calls[firstWrite]!.stdin!;
+  assert.match(write, /^add table ip kproxy\n/);
+  assert.ok(
+    write.endsWith(
+      "add table ip kube-proxy\ndelete table ip kube-proxy\n" +
+        "add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n",
+    ),
+    "kube-proxy's tables go in the transaction of the first write",
+  );
+  const otherModes = calls.findIndex((call) =>
+    /^(iptables|ip6tables)-|^ipvsadm|^ipset|^ip -o/.test(call)
+  );
+  assert.ok(otherModes > firstWrite, `other modes touched before the first write:\n${calls}`);
+});
+
+Deno.test("main() in iptables mode removes kube-proxy's nftables tables only after its first restore", async () => {
+  const executor = node();
+  const kproxy = await startKproxy({
+    source: ManualSource.listed(OBJECTS),
+    executor,
+    args: ["--proxy-mode=iptables", "--iptables-backend=nft"],
+  });
+  try {
+    await waitFor(
+      "the leftovers removed",
+      () => executor.calls.some((call) => line(call) === "ipset list -n"),
+    );
+  } finally {
+    await kproxy.stop();
+  }
+  const calls = executor.calls.map(line);
+  const firstRestore = calls.findIndex((call) => /^iptables-nft-restore /.test(call));
+  const deletion = executor.calls.findIndex((call) =>
+    line(call) === "nft -f -" && /delete table ip kube-proxy/.test(call.stdin ?? "")
+  );
+  assert.ok(firstRestore >= 0 && deletion > firstRestore, calls.join("\n"));
+});
+
+Deno.test("LeftoverRemoval retries a mode that failed after the next full sync only", async () => {
+  let nftWorks = false;
+  const executor = new FakeExecutor((command) => {
+    if (command.program === "nft") {
+      return nftWorks
+        ? { code: 0, stdout: "", stderr: "" }
+        : { code: 1, stdout: "", stderr: "Error: Operation not permitted" };
+    }
+    if (command.program === "ip") return { code: 1, stdout: "", stderr: "no kube-ipvs0" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+  const removal = new LeftoverRemoval({
+    config: { ...defaultConfig("node-a"), proxyMode: "iptables" },
+    executor,
+  });
+  assert.deepEqual(removal.pending, ["nftables", "ipvs"]);
+  await removal.afterSync({ full: true });
+  assert.deepEqual(removal.pending, ["nftables"]);
+  nftWorks = true;
+  const before = executor.calls.length;
+  await removal.afterSync({ full: false });
+  assert.equal(executor.calls.length, before, "a partial sync retries nothing");
+  await removal.afterSync({ full: true });
+  assert.deepEqual(removal.pending, []);
+});
+
+Deno.test("LEFTOVERS: every Linux mode removes the other two, and keeps what it uses itself", () => {
+  for (const mode of ["nftables", "iptables", "ipvs"] as const) {
+    const others = ["nftables", "iptables", "ipvs"].filter((other) => other !== mode);
+    assert.deepEqual([...LEFTOVERS[mode].removes].sort(), others.sort());
+  }
+  assert.deepEqual(LEFTOVERS.nftables.replacesTables, ["kube-proxy"]);
+  assert.equal(LEFTOVERS.ipvs.usesChain?.("nat", "KUBE-SERVICES"), true);
+  assert.equal(LEFTOVERS.ipvs.usesChain?.("filter", "KUBE-SERVICES"), false);
+  assert.equal(LEFTOVERS.iptables.usesChain?.("nat", "KUBE-SVC-XPGD46QRK7WJZT7O"), true);
+  assert.deepEqual(LEFTOVERS.kernelspace.removes, []);
+});
