@@ -219,16 +219,20 @@ const ipsetRule: ProgramRule = (args) => {
   if (["destroy", "flush", "list"].includes(command) && rest.every((arg) => NAME.test(arg))) {
     return OK;
   }
-  return refuse(`ipset may only restore from stdin, list, flush or destroy, not "${command}"`);
+  if (command === "list" && rest.length === 1 && rest[0] === "-n") return OK;
+  if (command === "version" && rest.length === 0) return OK;
+  return refuse(
+    `ipset may only restore from stdin, list, flush, destroy or print its version, not "${command}"`,
+  );
 };
 
 const ipvsadmRule: ProgramRule = (args) => {
   const text = args.join(" ");
-  if (["-C", "-Ln", "-Sn", "--restore", "-R"].includes(text)) return OK;
+  if (["-Ln", "-Sn", "--restore", "-R"].includes(text)) return OK;
   if (args[0] === "--set" && args.length === 4 && args.slice(1).every((n) => NUMBER.test(n))) {
     return OK;
   }
-  return refuse(`ipvsadm may only list, clear, restore from stdin or set timeouts, not "${text}"`);
+  return refuse(`ipvsadm may only list, restore from stdin or set timeouts, not "${text}"`);
 };
 
 const CONNTRACK_OPTIONS = new Set([

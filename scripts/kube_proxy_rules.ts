@@ -10,9 +10,12 @@
  * @module
  */
 
-import { endpointString, serviceChainNames } from "../backends/iptables/names.ts";
-import { endpointChainName } from "../backends/iptables/names.ts";
-import { shortHash } from "../backends/nftables/names.ts";
+import {
+  endpointChainName,
+  endpointString,
+  hash16,
+  serviceChainNames,
+} from "../backends/iptables/names.ts";
 import type { Plan, ServicePortPlan } from "../lib/plan.ts";
 
 /** The nfacct counters kube-proxy's iptables rules name; they must exist before the rules load. */
@@ -32,7 +35,7 @@ function nftName(kind: string, service: ServicePortPlan, suffix = ""): string {
   const base = `${service.namespace}/${service.name}/${service.protocol.toLowerCase()}/${
     service.portName || String(service.port)
   }`;
-  return `${kind}-${shortHash(base + suffix).slice(0, 8).toUpperCase()}-${base}${suffix}`;
+  return `${kind}-${hash16(base + suffix).slice(0, 8)}-${base}${suffix}`;
 }
 
 /**

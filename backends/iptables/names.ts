@@ -33,7 +33,8 @@ function base32(bytes: Uint8Array): string {
   return out;
 }
 
-function hash16(text: string): string {
+/** The first 16 base32 characters of SHA-256(`text`), as kube-proxy's chain names carry. */
+export function hash16(text: string): string {
   const digest = createHash("sha256").update(text).digest();
   return base32(new Uint8Array(digest.buffer, digest.byteOffset, 10));
 }

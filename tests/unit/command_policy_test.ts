@@ -105,6 +105,11 @@ Deno.test("commandRefusal() refuses arguments and scripts that name a file or ru
     ["ipset -file", { program: "ipset", args: ["save", "-file", "/etc/x"] }, /"-file"/],
     ["ipset restore -f", { program: "ipset", args: ["restore", "-f", "/etc/x"] }, /"-f"/],
     ["ipvsadm sync daemon", { program: "ipvsadm", args: ["--start-daemon", "master"] }, /ipvsadm/],
+    [
+      "ipvsadm -C (clears every virtual server on the host)",
+      { program: "ipvsadm", args: ["-C"] },
+      /ipvsadm/,
+    ],
     ["sysctl -p FILE", { program: "sysctl", args: ["-p", "/etc/shadow"] }, /net\.\* key/],
     [
       "sysctl kernel.core_pattern",
