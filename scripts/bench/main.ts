@@ -9,6 +9,7 @@
  * deno task bench --sizes=1000,5000 --only=fullsync,change
  * deno task bench --only=storm --modes=iptables  # one mode of the change and storm sections
  * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
+ * deno task bench --only=manifests --manifests-before=/tmp/old-checkout  # kproxy plan on a dump, old vs new
  * ```
  *
  * @module
@@ -22,6 +23,7 @@ import { loadIptablesBaseline } from "./baseline.ts";
 import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
+import { benchManifests } from "./manifests.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -33,7 +35,15 @@ import {
 import { NAMESPACE_PREFIX } from "./harness.ts";
 
 /** The sections a run can measure. */
-export const SECTIONS = ["fullsync", "change", "startup", "storm", "memory", "datapath"] as const;
+export const SECTIONS = [
+  "fullsync",
+  "change",
+  "startup",
+  "storm",
+  "memory",
+  "datapath",
+  "manifests",
+] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
 
@@ -53,6 +63,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   }
   if (name.startsWith("event storm")) return has("storm") && measuredMode;
   if (name.startsWith("data path")) return has("datapath");
+  if (name.startsWith("manifests")) return has("manifests");
   return false;
 }
 
@@ -76,6 +87,8 @@ export interface BenchOptions {
   modes: ("nftables" | "iptables")[];
   /** Whether `--only` was given. */
   only: boolean;
+  /** Another kproxy checkout whose `kproxy plan` the manifests section measures too. */
+  manifestsBefore?: string;
 }
 
 /** Parses the bench's flags. */
@@ -90,6 +103,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       json: { type: "string", default: "/tmp/kp-bench-results.json" },
       "fullsync-modes": { type: "string", default: "nftables,iptables,iptables-baseline" },
       modes: { type: "string", default: "nftables,iptables" },
+      "manifests-before": { type: "string" },
     },
   });
   const sizes = values.sizes
@@ -123,6 +137,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       return mode;
     }),
     only: values.only !== undefined,
+    manifestsBefore: values["manifests-before"],
   };
 }
 
@@ -170,6 +185,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     process: [],
     storm: [],
     datapath: [],
+    manifests: [],
     errors: [],
     notes: [...PROFILE_NOTES],
   };
@@ -258,6 +274,15 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.datapath = await benchDatapath({ services: tenK, rounds: 300 });
     });
   }
+  if (has("manifests")) {
+    await section(results, "manifests, kproxy plan on a dump", async () => {
+      results.manifests = await benchManifests({
+        size: size(tenK),
+        runs: 3,
+        before: options.manifestsBefore,
+      });
+    });
+  }
   return results;
 }
 
@@ -293,6 +318,7 @@ export function merge(
   }
   if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
   if (has("datapath")) merged.datapath = fresh.datapath;
+  if (has("manifests")) merged.manifests = fresh.manifests;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,
