@@ -263,7 +263,11 @@ export class FileSource implements Source {
         for (const object of documentObjects) {
           const kind = object.kind;
           if (typeof kind !== "string" || !KINDS.includes(kind)) {
-            logger.debug("Ignoring {kind} in {path}", { kind: String(kind), path: entry.path });
+            const named = typeof kind === "string" && /^[A-Za-z0-9]{1,63}$/.test(kind);
+            logger.debug("Ignoring {kind} in {path}", {
+              kind: named ? kind : "an object without a valid kind",
+              path: entry.path,
+            });
             continue;
           }
           objects.set(identity(kind, object), {
