@@ -55,9 +55,115 @@ function parseError(file: string, line: number, column: number, problem: string)
   return new SyntaxError(`Cannot parse ${file}:${line}:${column}: ${problem}`);
 }
 
-/** The documents of a YAML text, each as loaded by js-yaml. */
+/** A top-level `items:` key with a block value. */
+const ITEMS_KEY = /^items:[ \t]*(?:#.*)?$/m;
+
+/** A YAML list document cut at its top-level `items:` block sequence. */
+interface SplitList {
+  /** The document up to the `items:` key. */
+  prefix: string;
+  /** The document without the `items:` block. */
+  header: string;
+  /** Each entry of the block as a document of its own, with its first line (0-based). */
+  items: Iterable<{ text: string; line: number }>;
+}
+
+/**
+ * Cuts a document shaped as `kubectl get -o yaml` prints a List (a top-level
+ * `items:` key whose value is a block sequence) into its entries, so that a
+ * 10k-item dump is parsed item by item. An entry's lines are all indented
+ * deeper than its `-` (block scalars and flow continuations included), so the
+ * entry ends where the next `-` at the same indentation, or a shallower line,
+ * begins. The `-` itself becomes a space: the entry parses as the node it holds.
+ */
+function splitList(text: string): SplitList | undefined {
+  const key = ITEMS_KEY.exec(text);
+  if (key === null) return undefined;
+  const starts: { at: number; line: number }[] = [];
+  let indent = -1;
+  let end = text.length;
+  let line = countLines(text.slice(0, key.index)) + 1;
+  let at = text.indexOf("\n", key.index) + 1;
+  while (at > 0 && at < text.length) {
+    const next = text.indexOf("\n", at);
+    const stop = next < 0 ? text.length : next;
+    let spaces = 0;
+    while (text.charCodeAt(at + spaces) === 32) spaces++;
+    const first = text[at + spaces];
+    if (at + spaces < stop && first !== "#" && first !== "\r") {
+      const entry = first === "-" && /[ \t\r\n]/.test(text[at + spaces + 1] ?? "\n");
+      if (indent < 0) {
+        if (!entry) return undefined;
+        indent = spaces;
+      }
+      if (spaces < indent || (spaces === indent && !entry)) {
+        end = at;
+        break;
+      }
+      if (spaces === indent) starts.push({ at, line });
+    }
+    line++;
+    at = stop + 1;
+  }
+  if (starts.length === 0) return undefined;
+  const items = function* () {
+    for (const [i, start] of starts.entries()) {
+      const entry = text.slice(start.at, starts[i + 1]?.at ?? end);
+      yield { text: `${entry.slice(0, indent)} ${entry.slice(indent + 1)}`, line: start.line };
+    }
+  };
+  const prefix = text.slice(0, key.index);
+  return { prefix, header: prefix + text.slice(end), items: items() };
+}
+
+/** Loads one YAML text that must hold at most one document; positions are shifted by `line`. */
+function loadOne(text: string, file: string, line: number): unknown {
+  let values: unknown[];
+  try {
+    values = loadAll(text, { maxAliases: 0 });
+  } catch (error) {
+    if (!(error instanceof YAMLException)) throw error;
+    const at = line + (error.mark?.line ?? 0) + 1;
+    throw parseError(file, at, (error.mark?.column ?? 0) + 1, safeReason(error.reason));
+  }
+  if (values.length > 1) {
+    throw parseError(file, line + 1, 1, "an entry holds more than one document");
+  }
+  return values[0];
+}
+
+/**
+ * The list header of a split document, when it is a list and nothing else. The
+ * text before `items:` must parse on its own: then `items:` is a key, not a
+ * line inside a quoted scalar or a flow collection.
+ */
+function listHeader(split: SplitList): ManifestObject | undefined {
+  try {
+    loadAll(split.prefix, { maxAliases: 0 });
+    const header = loadAll(split.header, { maxAliases: 0 });
+    const value = header[0];
+    if (header.length !== 1 || !isRecord(value) || "items" in value) return undefined;
+    return typeof value.kind === "string" && value.kind.endsWith("List") ? value : undefined;
+  } catch {
+    return undefined; // parsed whole below, for the exact error
+  }
+}
+
+/**
+ * The documents of a YAML text, each as loaded by js-yaml; a list document is
+ * given one entry at a time, as a list of that one item.
+ */
 function* loadYaml(text: string, file: string): Generator<{ value: unknown; line: number }> {
   for (const document of yamlDocuments(text)) {
+    const split = splitList(document.text);
+    const header = split && listHeader(split);
+    if (split && header) {
+      for (const item of split.items) {
+        const line = document.line + item.line;
+        yield { value: { ...header, items: [loadOne(item.text, file, line)] }, line: line + 1 };
+      }
+      continue;
+    }
     let values: unknown[];
     try {
       values = loadAll(document.text, { maxAliases: 0 });

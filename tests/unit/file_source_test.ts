@@ -3,6 +3,7 @@ import { FileSource, type FileSourceOptions, parseManifest } from "../../lib/sou
 import type { SourceEvent } from "../../lib/source/source.ts";
 import { Tracker } from "../../lib/tracker.ts";
 import { withLogRecords } from "../support/logs.ts";
+import { dump, loadAll } from "js-yaml";
 
 const SERVICE = `apiVersion: v1
 kind: Service
@@ -388,4 +389,66 @@ Deno.test("FileSource lets timers run while it loads a large file", async () => 
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/** What a whole-document parse gives: each document, List items expanded (the reference). */
+function wholeParse(text: string): unknown[] {
+  return loadAll(text).flatMap((doc) => {
+    if (doc === null || typeof doc !== "object") return [];
+    const list = doc as { kind?: string; items?: unknown[] };
+    return list.kind?.endsWith("List") && Array.isArray(list.items)
+      ? list.items.filter((item) => item !== null && typeof item === "object")
+      : [doc];
+  });
+}
+
+Deno.test("parseManifest() reads a YAML List item by item as a whole parse would", async (t) => {
+  const items = [
+    { apiVersion: "v1", kind: "Service", metadata: { name: "a" }, spec: { ports: [{ port: 80 }] } },
+    { apiVersion: "v1", kind: "Node", metadata: { name: "b", annotations: { note: "x\n- y\nz" } } },
+    { apiVersion: "v1", kind: "Service", metadata: { name: "c" }, spec: { clusterIPs: [] } },
+  ];
+  const list = { apiVersion: "v1", kind: "List", metadata: { resourceVersion: "" }, items };
+  for (const seqNoIndent of [true, false]) {
+    await t.step(`js-yaml dump, seqNoIndent ${seqNoIndent}`, () => {
+      const text = dump(list, { seqNoIndent });
+      assert.deepEqual(parseManifest(text, "l.yaml"), wholeParse(text));
+    });
+  }
+  const odd = [
+    // kubectl's order, comments and blank lines inside, an entry starting on its own line
+    "apiVersion: v1\nitems:\n- kind: Service\n  metadata: {name: a}\n# between\n\n-\n  kind: Node\n" +
+    "  metadata:\n    name: b\n    annotations:\n      text: |\n        - not an entry\n" +
+    '        items:\nkind: List\nmetadata:\n  resourceVersion: ""\n',
+    // items: inside a quoted scalar continued at column 0 (invalid YAML): an error, as whole
+    'a: "foo\nitems:\n- kind: Service\n  metadata: {name: x}\n"\nkind: List\n',
+    // a non-List document with an items key keeps its items
+    "kind: Thing\nitems:\n- kind: Service\n",
+    // a typed list: items without kind take the list's
+    "apiVersion: v1\nkind: ServiceList\nitems:\n  - metadata: {name: a}\n  - metadata: {name: b}\n",
+  ];
+  for (const [i, text] of odd.entries()) {
+    await t.step(`odd list ${i}`, () => {
+      if (i === 1) {
+        assert.throws(() => wholeParse(text));
+        assert.throws(() => parseManifest(text, "l.yaml"), /^SyntaxError: Cannot parse l\.yaml:2:/);
+        return;
+      }
+      const want = i === 3
+        ? [
+          { apiVersion: "v1", kind: "Service", metadata: { name: "a" } },
+          { apiVersion: "v1", kind: "Service", metadata: { name: "b" } },
+        ]
+        : wholeParse(text);
+      assert.deepEqual(parseManifest(text, "l.yaml"), want);
+    });
+  }
+  await t.step("an error in an entry names its line", () => {
+    const text =
+      "apiVersion: v1\nkind: List\nitems:\n- kind: Service\n- kind: [broken\n- kind: Node\n";
+    assert.throws(
+      () => parseManifest(text, "l.yaml"),
+      /^SyntaxError: Cannot parse l\.yaml:[56]:\d+: /,
+    );
+  });
 });
