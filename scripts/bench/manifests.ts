@@ -1,7 +1,8 @@
 /**
  * Manifests loading: `kproxy plan --manifests DIR` (as `deno task plan` runs it)
- * on the bench cluster dumped into one file, as multi-document YAML and as
- * `kubectl get -o json` prints it (`kind: List`, four-space indent). Each run
+ * on the bench cluster dumped into one file: as multi-document YAML, and as
+ * `kubectl get -o yaml` and `-o json` print it (`kind: List`; YAML sequences
+ * not indented, JSON indented by four spaces). Each run
  * is a fresh process, timed from spawn to exit; peak RSS is the child's
  * `ru_maxrss` (python3 `getrusage(RUSAGE_CHILDREN)`). Medians of the runs. With
  * `before`, the same loads run in another checkout (the code before a change)
@@ -16,7 +17,7 @@ import { type ClusterSize, serviceObject, sliceObject } from "./cluster.ts";
 const ROOT = new URL("../../", import.meta.url).pathname;
 
 /** The formats a dump is written in. */
-export type DumpFormat = "yaml" | "json";
+export type DumpFormat = "yaml" | "yaml-list" | "json";
 
 /** Time and memory of one loader. */
 export interface LoadFigures {
@@ -60,14 +61,18 @@ function dumpObjects(size: ClusterSize): Record<string, unknown>[] {
 /** Writes the bench cluster as one manifest file in `dir`; returns its size in bytes. */
 export async function writeDump(dir: string, size: ClusterSize, format: DumpFormat) {
   const objects = dumpObjects(size);
+  const list = {
+    apiVersion: "v1",
+    items: objects,
+    kind: "List",
+    metadata: { resourceVersion: "" },
+  };
   const text = format === "json"
-    ? JSON.stringify(
-      { apiVersion: "v1", kind: "List", metadata: { resourceVersion: "" }, items: objects },
-      null,
-      4,
-    )
+    ? JSON.stringify(list, null, 4)
+    : format === "yaml-list"
+    ? dump(list, { seqNoIndent: true })
     : objects.map((object) => dump(object)).join("---\n");
-  await Deno.writeTextFile(`${dir}/dump.${format}`, text);
+  await Deno.writeTextFile(`${dir}/dump.${format === "json" ? "json" : "yaml"}`, text);
   return new TextEncoder().encode(text).length;
 }
 
@@ -137,7 +142,7 @@ export async function benchManifests(options: {
   before?: string;
 }): Promise<ManifestsRow[]> {
   const rows: ManifestsRow[] = [];
-  for (const format of ["yaml", "json"] as const) {
+  for (const format of ["yaml", "yaml-list", "json"] as const) {
     const dir = await Deno.makeTempDir({ prefix: "kp-bench-manifests-" });
     try {
       const bytes = await writeDump(dir, options.size, format);

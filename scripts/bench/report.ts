@@ -341,7 +341,9 @@ function manifestsSection(results: BenchResults): string {
       "before: peak RSS",
     ],
     (results.manifests ?? []).map((r) => [
-      r.format === "json" ? "`kind: List` JSON" : "multi-document YAML",
+      { json: "`kind: List` JSON", "yaml-list": "`kind: List` YAML", yaml: "multi-document YAML" }[
+        r.format
+      ],
       `${fmtK(r.services)} × ${r.endpointsPerService}`,
       `${(r.bytes / 1e6).toFixed(1)} MB`,
       String(r.runs),
@@ -478,9 +480,10 @@ export function renderMarkdown(results: BenchResults): string {
       "## Manifests: `kproxy plan` on a dump",
       "",
       "`kproxy plan --manifests DIR` (as `deno task plan` runs it: `--allow-read --allow-env",
-      "--ignore-env`) on the bench cluster dumped into one file: multi-document YAML, and",
-      "`kind: List` JSON as `kubectl get -o json` prints it. A fresh process per run, timed from",
-      "spawn to exit (the 64 MB plan printed included); peak RSS is the child's `ru_maxrss`.",
+      "--ignore-env`) on the bench cluster dumped into one file: multi-document YAML, and a",
+      "`kind: List` as `kubectl get -o yaml` and `-o json` print it. A fresh process per run,",
+      "timed from spawn to exit (the 64 MB plan printed included); peak RSS is the child's",
+      "`ru_maxrss`.",
       'Medians of the runs; "before" is the same command in the checkout named, when measured',
       "(`--manifests-before=DIR`; `scripts/bench/manifests.ts`).",
       "",
