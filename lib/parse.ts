@@ -330,12 +330,13 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
 }
 
 /**
- * "Auto" when the topology annotation asks for hints ("Auto" or "auto", as upstream's
- * EndpointSlice controller reads it), else "". Annotations are free text: any other value
- * (`"Auto (see runbook)"`, `Disabled`) means no hints were asked for, never an invalid Service.
+ * "Auto" when the topology annotation asks for hints ("Auto" or "auto"; the older key wins when
+ * both are set), as upstream's EndpointSlice controller reads it, else "". Annotations are free
+ * text: any other value (`"Auto (see runbook)"`, `Disabled`) means no hints were asked for,
+ * never an invalid Service.
  */
 function topologyModeOf(annotations: Readonly<Record<string, string>>): Service["topologyMode"] {
-  const value = annotations[TOPOLOGY_MODE_ANNOTATION] || annotations[TOPOLOGY_HINTS_ANNOTATION];
+  const value = annotations[TOPOLOGY_HINTS_ANNOTATION] ?? annotations[TOPOLOGY_MODE_ANNOTATION];
   return value === "Auto" || value === "auto" ? "Auto" : "";
 }
 

@@ -191,7 +191,8 @@ Deno.test("parseService() parses every service type and optional field", async (
       },
     },
     {
-      name: "topology-mode annotation wins over the older one",
+      // As upstream's EndpointSlice controller (hintsEnabled): the older key, when set, wins.
+      name: "the older topology-aware-hints annotation wins over topology-mode",
       raw: service({}, {
         metadata: {
           annotations: {
@@ -200,7 +201,7 @@ Deno.test("parseService() parses every service type and optional field", async (
           },
         },
       }),
-      check: (s) => assert.equal(s.topologyMode, "Auto"),
+      check: (s) => assert.equal(s.topologyMode, ""),
     },
     {
       name: "topologyKeys with catch-all last",
