@@ -83,21 +83,23 @@ export const PROFILE_NOTES: readonly string[] = [
   "**Data path (re-measured 15:13).** nftables connect latency is flat (43 µs for the first " +
   "and the last of 10k services: one verdict-map lookup, then one slot-map lookup); iptables " +
   "grows with the rule position (42 µs first, 241 µs last: KUBE-SERVICES is scanned in order).",
-  "**Manifests: `kproxy plan` on a 10k × 10 dump (measured 2026-11-26 01:05–01:18 while other " +
-  "sessions loaded the 2 cores: load average 9–13; memory met, time missed).** Before is " +
-  "a4af0a1. Before: the yaml library parsed every file whole (`parseAllDocuments`), JSON " +
-  "files too, and printed the plan through a copying replacer: YAML 86 s / 937 MiB, JSON " +
-  "118 s / 2279 MiB here (27.2 s / 949 MiB and 35.2 s / 2.2 GiB at load 0.2). After: YAML " +
-  "13.1 s / 273 MiB, JSON 5.6 s / 243 MiB; farm-bench over 5 runs at the same load: YAML " +
-  "5.0 s of CPU (wall 12.6 s), JSON 2.9 s of CPU (wall 7.1 s). In-process split at load ~3: " +
-  "js-yaml 1.7 s for 20k documents parsed one at a time (1.3 s quieter), `JSON.parse` of the " +
-  "49 MB List 0.3–0.6 s, each object's JSON for change detection 0.2 s, the tracker 0.45 s, " +
-  "planning 0.2 s, writing the 64 MB plan 0.3 s (0.9 s and ~130 MB more through the old " +
-  "replacer). Why js-yaml and not the yaml library's streaming API: its Parser reads " +
+  "**Manifests: `kproxy plan` on a 10k × 10 dump (measured 2026-11-26 01:53–02:02 while other " +
+  "sessions loaded the 2 cores, load average 4–7; 300 MB met but by the YAML List, 306 MB; " +
+  "2 s missed).** Before is " +
+  "a4af0a1: the yaml library parsed each file whole (`parseAllDocuments`), JSON files too, " +
+  "and the plan was printed through a copying replacer: multi-document YAML 53 s / 938 MiB, " +
+  "`kubectl get -o yaml` List 37 s / 1762 MiB, `kubectl get -o json` List 46 s / 2279 MiB " +
+  "here (27.2 s / 949 MiB and 35.2 s / 2.2 GiB for YAML and JSON at load 0.2). After: 10.1 s " +
+  "/ 279 MiB, 8.7 s / 292 MiB, 3.6 s / 243 MiB; farm-bench at load ~4.5 (3 runs): YAML 4.7 s " +
+  "wall / 4.4 s CPU, JSON 4.3 s / 2.5 s CPU. In-process split (noisy): js-yaml 0.9–1.9 s for " +
+  "the 20k documents parsed one at a time, `JSON.parse` of the 49 MB List 0.3–0.6 s, each " +
+  "object's JSON for change detection 0.2 s, the tracker 0.45–0.9 s, planning 0.2–0.5 s, " +
+  "writing the 64 MB plan 1.2–2 s under load (the same as the old replacer, without its " +
+  "~130 MB). Why js-yaml and not the yaml library's streaming API: its Parser reads " +
   "`process.env.LOG_TOKENS` once per token, a runtime call in Deno; streamed through its " +
   "Composer the 18.8 MB dump took 14.7 s, 8.0–10.2 s with `process.env` swapped for a plain " +
   "object during the parse, and its lexer alone 2.4 s, so it cannot reach 2 s; js-yaml 5.5.0 " +
-  "(already in the lock through client-node) parses it in 1.3–1.9 s. Next steps: the " +
-  "tracker's per-object validation, and a single YAML `kind: List` document, which is still " +
-  "parsed in one call (documents yield to the event loop, items of one document do not).",
+  "(already in the lock through client-node) parses it in 1–2 s. A `kubectl get -o yaml` " +
+  "List is cut at its `items:` block and parsed entry by entry (542 → 306 MB). Next steps: " +
+  "the tracker's per-object validation, and writing the plan (a 64 MB text).",
 ];
