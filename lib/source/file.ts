@@ -115,54 +115,45 @@ export class FileSource implements Source {
 
   /** Loads the directory, reports `synced`, then follows changes until `signal` aborts. */
   async start(listener: SourceListener, signal: AbortSignal): Promise<void> {
-    await this.#reload(listener, new Set());
-    if (signal.aborted) return;
-    listener({ type: "synced" });
-    await this.#follow(listener, signal);
+    // Watch before the first read, so that a change made while it runs is not missed.
+    const events = new FileEvents();
+    const stopWatch = this.#watch(events, signal);
+    try {
+      await this.#reload(listener, new Set());
+      if (signal.aborted) return;
+      listener({ type: "synced" });
+      await this.#follow(listener, signal, events);
+    } finally {
+      stopWatch();
+    }
   }
 
-  async #follow(listener: SourceListener, signal: AbortSignal): Promise<void> {
-    let wake: (() => void) | undefined;
-    let poked = false;
-    /** Files named by file events: read again even when their signature did not change. */
-    const touched = new Set<string>();
-    const poke = (name: string | undefined) => {
-      if (name !== undefined) touched.add(name);
-      poked = true;
-      wake?.();
-    };
-    const stopWatch = this.#watch(poke, signal);
-    const onAbort = () => wake?.();
+  async #follow(listener: SourceListener, signal: AbortSignal, events: FileEvents): Promise<void> {
+    const onAbort = () => events.wake?.();
     signal.addEventListener("abort", onAbort);
     try {
       while (!signal.aborted) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, this.#pollIntervalMs);
-          wake = () => {
+          events.wake = () => {
             clearTimeout(timer);
             resolve();
           };
-          if (poked || signal.aborted) wake();
+          if (events.poked || signal.aborted) events.wake();
         });
-        wake = undefined;
+        events.wake = undefined;
         if (signal.aborted) break;
-        if (poked) {
-          await sleep(this.#debounceMs, signal);
-          poked = false;
-          if (signal.aborted) break;
-        }
-        const forced = new Set(touched);
-        touched.clear();
-        await this.#reload(listener, forced);
+        if (events.poked) await sleep(this.#debounceMs, signal);
+        if (signal.aborted) break;
+        await this.#reload(listener, events.take());
       }
     } finally {
       signal.removeEventListener("abort", onAbort);
-      stopWatch();
     }
   }
 
   /** Watches the directory with Deno.watchFs; returns a function that stops it. */
-  #watch(onChange: (name: string | undefined) => void, signal: AbortSignal): () => void {
+  #watch(events: FileEvents, signal: AbortSignal): () => void {
     let watcher: Deno.FsWatcher;
     try {
       watcher = Deno.watchFs(this.#dir, { recursive: false });
@@ -177,11 +168,12 @@ export class FileSource implements Source {
       try {
         for await (const event of watcher) {
           if (signal.aborted) break;
-          // Any event counts (a ConfigMap volume swaps its `..data` link); names are re-read.
-          onChange(undefined);
+          if (event.kind === "access") continue;
+          // Any other event counts (a ConfigMap volume swaps its `..data` link); names are re-read.
+          events.poke(undefined);
           for (const path of event.paths) {
             const name = path.slice(path.lastIndexOf("/") + 1);
-            if (MANIFEST_NAME.test(name)) onChange(name);
+            if (MANIFEST_NAME.test(name)) events.poke(name);
           }
         }
       } catch (error) {
@@ -328,6 +320,31 @@ export class FileSource implements Source {
     for (const file of this.#files.values()) {
       for (const loaded of file.objects.values()) loaded.object = undefined;
     }
+  }
+}
+
+/** File events seen since the last re-read. */
+class FileEvents {
+  /** Whether any event came. */
+  poked = false;
+  /** Wakes the waiting follow loop. */
+  wake: (() => void) | undefined;
+  /** Manifest names the events named: read again even when their signature did not change. */
+  #touched = new Set<string>();
+
+  /** Records an event, naming a manifest or not. */
+  poke(name: string | undefined): void {
+    if (name !== undefined) this.#touched.add(name);
+    this.poked = true;
+    this.wake?.();
+  }
+
+  /** The names recorded so far; forgets them. */
+  take(): Set<string> {
+    const names = this.#touched;
+    this.#touched = new Set();
+    this.poked = false;
+    return names;
   }
 }
 

@@ -452,3 +452,29 @@ Deno.test("parseManifest() reads a YAML List item by item as a whole parse would
     );
   });
 });
+
+Deno.test("FileSource sees a file written while its first read runs (file events only)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kp-ingest-file-" });
+  const controller = new AbortController();
+  const seen: string[] = [];
+  try {
+    await Deno.writeTextFile(`${dir}/a.yaml`, SERVICE);
+    const done = new FileSource({ dir, pollIntervalMs: 3_600_000, debounceMs: 20 }).start(
+      (event) => {
+        seen.push(describe(event));
+        if (seen.length === 1) {
+          Deno.writeTextFileSync(`${dir}/b.yaml`, SERVICE.replace("name: web", "name: api"));
+        }
+        if (event.type !== "synced" && seen.includes("synced")) controller.abort();
+      },
+      controller.signal,
+    );
+    const timeout = setTimeout(() => controller.abort(), 10_000);
+    await done;
+    clearTimeout(timeout);
+    assert.deepEqual(seen, ["upsert Service default/web", "synced", "upsert Service default/api"]);
+  } finally {
+    controller.abort();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
