@@ -39,6 +39,9 @@ import { formatServiceDiffs } from "./kernel_diff.ts";
 import type { ClusterState } from "./state.ts";
 import { countPlans, statusHandler, SyncHistory } from "./status.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "./takeover.ts";
+import { stableJson, writeStableJson } from "./stable_json.ts";
+
+export { stableJson };
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -172,7 +175,8 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
   switch (command) {
     case "plan": {
       const plans = await planOnce(config, options.source);
-      io.stdout(stableJson(plans) + "\n");
+      writeStableJson(plans, io.stdout);
+      io.stdout("\n");
       return 0;
     }
     case "demo":
@@ -258,18 +262,6 @@ export async function planOnce(config: Config, injected?: Source): Promise<NodeP
     state: await loadState(config, injected),
     options: plannerOptionsFrom(config, localAddresses()),
   });
-}
-
-/** JSON with object keys sorted at every level, indented by two spaces. */
-export function stableJson(value: unknown): string {
-  return JSON.stringify(value, (_key, inner) => {
-    if (inner === null || typeof inner !== "object" || Array.isArray(inner)) return inner;
-    if (inner instanceof Set) return [...inner].sort();
-    if (inner instanceof Map) inner = Object.fromEntries(inner);
-    return Object.fromEntries(
-      Object.entries(inner as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)),
-    );
-  }, 2);
 }
 
 /** `--cleanup`: removes every mode's rules, kproxy's and kube-proxy's. */

@@ -61,9 +61,10 @@ export interface Service {
   trafficDistribution: string;
   /** spec.topologyKeys (seed 002), empty when unset. */
   topologyKeys: string[];
-  /** The topology annotation (`service.kubernetes.io/topology-mode` or the older
-   * `service.kubernetes.io/topology-aware-hints`), "" when unset. */
-  topologyMode: string;
+  /** "Auto" when the topology annotation (`service.kubernetes.io/topology-mode` or the older
+   * `service.kubernetes.io/topology-aware-hints`) asks for hints, "" for any other value or none.
+   * It only explains hints: kproxy follows the hints a slice carries whatever it says. */
+  topologyMode: "Auto" | "";
 }
 
 /** Topology hints an EndpointSlice controller wrote on an endpoint. */

@@ -335,13 +335,7 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
       checkQualifiedName(trafficDistribution, "spec.trafficDistribution");
     }
     const annotations = stringMap(metadata, "annotations", "metadata.annotations");
-    let topologyMode = annotations[TOPOLOGY_MODE_ANNOTATION] ?? "";
-    let modeField = `metadata.annotations[${quote(TOPOLOGY_MODE_ANNOTATION)}]`;
-    if (topologyMode === "") {
-      topologyMode = annotations[TOPOLOGY_HINTS_ANNOTATION] ?? "";
-      modeField = `metadata.annotations[${quote(TOPOLOGY_HINTS_ANNOTATION)}]`;
-    }
-    checkLabelValue(topologyMode, modeField);
+    const topologyMode = topologyModeOf(annotations);
 
     const service: Service = {
       namespace,
@@ -370,6 +364,17 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
   });
   if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
   return withWarnings(result, warnings);
+}
+
+/**
+ * "Auto" when the topology annotation asks for hints ("Auto" or "auto"; the older key wins when
+ * both are set), as upstream's EndpointSlice controller reads it, else "". Annotations are free
+ * text: any other value (`"Auto (see runbook)"`, `Disabled`) means no hints were asked for,
+ * never an invalid Service.
+ */
+function topologyModeOf(annotations: Readonly<Record<string, string>>): Service["topologyMode"] {
+  const value = annotations[TOPOLOGY_HINTS_ANNOTATION] ?? annotations[TOPOLOGY_MODE_ANNOTATION];
+  return value === "Auto" || value === "auto" ? "Auto" : "";
 }
 
 /** Cluster IPs from spec.clusterIPs, else spec.clusterIP; null when headless. */

@@ -231,9 +231,7 @@ function selectByHints(input: TopologyInput): TopologyDecision {
 /** Which controller setting the hints most likely came from: the topology-mode
  * annotation takes precedence over trafficDistribution (seed 000). */
 function hintSource(service: TopologyInput["service"]): string {
-  if (service.topologyMode !== "" && service.topologyMode.toLowerCase() !== "disabled") {
-    return ` (topology-mode ${service.topologyMode})`;
-  }
+  if (service.topologyMode === "Auto") return " (topology-mode Auto)";
   if (service.trafficDistribution !== "") {
     return ` (trafficDistribution ${service.trafficDistribution})`;
   }

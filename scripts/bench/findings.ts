@@ -93,4 +93,23 @@ export const PROFILE_NOTES: readonly string[] = [
   "scenario lost 2 of ~262 connections per run from kube-proxy iptables (nft and legacy: one " +
   "refused, one timed out), the gap issue 26 measured, and left kube-proxy's nftables table in " +
   "place. Not measured: a switch from kube-proxy's ipvs mode (this kernel has no IPVS).",
+  "**Manifests: `kproxy plan` on a 10k × 10 dump (measured 2026-11-26 01:53–02:02 while other " +
+  "sessions loaded the 2 cores, load average 4–7; 300 MB met but by the YAML List, 306 MB; " +
+  "2 s missed).** Before is " +
+  "a4af0a1: the yaml library parsed each file whole (`parseAllDocuments`), JSON files too, " +
+  "and the plan was printed through a copying replacer: multi-document YAML 53 s / 938 MiB, " +
+  "`kubectl get -o yaml` List 37 s / 1762 MiB, `kubectl get -o json` List 46 s / 2279 MiB " +
+  "here (27.2 s / 949 MiB and 35.2 s / 2.2 GiB for YAML and JSON at load 0.2). After: 10.1 s " +
+  "/ 279 MiB, 8.7 s / 292 MiB, 3.6 s / 243 MiB; farm-bench at load ~4.5 (3 runs): YAML 4.7 s " +
+  "wall / 4.4 s CPU, JSON 4.3 s / 2.5 s CPU. In-process split (noisy): js-yaml 0.9–1.9 s for " +
+  "the 20k documents parsed one at a time, `JSON.parse` of the 49 MB List 0.3–0.6 s, each " +
+  "object's JSON for change detection 0.2 s, the tracker 0.45–0.9 s, planning 0.2–0.5 s, " +
+  "writing the 64 MB plan 1.2–2 s under load (the same as the old replacer, without its " +
+  "~130 MB). Why js-yaml and not the yaml library's streaming API: its Parser reads " +
+  "`process.env.LOG_TOKENS` once per token, a runtime call in Deno; streamed through its " +
+  "Composer the 18.8 MB dump took 14.7 s, 8.0–10.2 s with `process.env` swapped for a plain " +
+  "object during the parse, and its lexer alone 2.4 s, so it cannot reach 2 s; js-yaml 5.5.0 " +
+  "(already in the lock through client-node) parses it in 1–2 s. A `kubectl get -o yaml` " +
+  "List is cut at its `items:` block and parsed entry by entry (542 → 306 MB). Next steps: " +
+  "the tracker's per-object validation, and writing the plan (a 64 MB text).",
 ];

@@ -10,6 +10,7 @@
  * deno task bench --only=storm --modes=iptables  # one mode of the change and storm sections
  * deno task bench --only=takeover                # the takeover gap from each kube-proxy mode
  * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
+ * deno task bench --only=manifests --manifests-before=/tmp/old-checkout  # kproxy plan on a dump, old vs new
  * ```
  *
  * @module
@@ -24,6 +25,7 @@ import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
+import { benchManifests } from "./manifests.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -43,6 +45,7 @@ export const SECTIONS = [
   "memory",
   "datapath",
   "takeover",
+  "manifests",
 ] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
@@ -64,6 +67,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   if (name.startsWith("event storm")) return has("storm") && measuredMode;
   if (name.startsWith("data path")) return has("datapath");
   if (name.startsWith("takeover")) return has("takeover");
+  if (name.startsWith("manifests")) return has("manifests");
   return false;
 }
 
@@ -87,6 +91,8 @@ export interface BenchOptions {
   modes: ("nftables" | "iptables")[];
   /** Whether `--only` was given. */
   only: boolean;
+  /** Another kproxy checkout whose `kproxy plan` the manifests section measures too. */
+  manifestsBefore?: string;
 }
 
 /** Parses the bench's flags. */
@@ -101,6 +107,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       json: { type: "string", default: "/tmp/kp-bench-results.json" },
       "fullsync-modes": { type: "string", default: "nftables,iptables,iptables-baseline" },
       modes: { type: "string", default: "nftables,iptables" },
+      "manifests-before": { type: "string" },
     },
   });
   const sizes = values.sizes
@@ -134,6 +141,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       return mode;
     }),
     only: values.only !== undefined,
+    manifestsBefore: values["manifests-before"],
   };
 }
 
@@ -181,6 +189,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     process: [],
     storm: [],
     datapath: [],
+    manifests: [],
     errors: [],
     notes: [...PROFILE_NOTES],
   };
@@ -274,6 +283,15 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.takeover = await benchTakeover();
     });
   }
+  if (has("manifests")) {
+    await section(results, "manifests, kproxy plan on a dump", async () => {
+      results.manifests = await benchManifests({
+        size: size(tenK),
+        runs: 3,
+        before: options.manifestsBefore,
+      });
+    });
+  }
   return results;
 }
 
@@ -310,6 +328,7 @@ export function merge(
   if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
   if (has("datapath")) merged.datapath = fresh.datapath;
   if (has("takeover")) merged.takeover = fresh.takeover;
+  if (has("manifests")) merged.manifests = fresh.manifests;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,

@@ -210,3 +210,33 @@ Deno.test("merge() keeps what was not re-measured and drops errors of what was",
   assert.equal(merged.iptables.length, base.iptables.length);
   assert.deepEqual(merged.iptablesBaseline, fresh.iptablesBaseline);
 });
+
+Deno.test("renderMarkdown() shows the manifests loads beside the code before, and their target", () => {
+  const figures = { services: 10000, endpointsPerService: 10, bytes: 18_800_000, runs: 3 };
+  const run = results({
+    manifests: [
+      {
+        format: "yaml",
+        ...figures,
+        seconds: 1.9,
+        peakMiB: 250,
+        before: { checkout: "/tmp/old", seconds: 27.2, peakMiB: 950 },
+      },
+      { format: "json", ...figures, bytes: 49_000_000, seconds: 2.5, peakMiB: 240 },
+    ],
+  });
+  const markdown = renderMarkdown(run);
+  assert.match(markdown, /## Manifests: `kproxy plan` on a dump/);
+  assert.match(
+    markdown,
+    /\| multi-document YAML \| 10k × 10 \| 18\.8 MB \| 3 \| 1\.90 s \| 262 MB \| 27\.20 s \| 996 MB \|/,
+  );
+  assert.match(
+    markdown,
+    /\| `kind: List` JSON \| 10k × 10 \| 49\.0 MB \| 3 \| 2\.50 s \| 252 MB \| – \| – \|/,
+  );
+  const table = renderTable(run);
+  assert.match(table, /ok kproxy plan, 10k × 10 dump \(yaml\)/);
+  assert.match(table, /!! kproxy plan, 10k × 10 dump \(json\)/);
+  assert.doesNotMatch(renderMarkdown(results()), /## Manifests/);
+});

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
-import { FileSource, parseManifest } from "../../lib/source/file.ts";
+import { FileSource, type FileSourceOptions, parseManifest } from "../../lib/source/file.ts";
 import type { SourceEvent } from "../../lib/source/source.ts";
 import { Tracker } from "../../lib/tracker.ts";
+import { withLogRecords } from "../support/logs.ts";
+import { dump, loadAll } from "js-yaml";
 
 const SERVICE = `apiVersion: v1
 kind: Service
@@ -40,10 +42,11 @@ function describe(event: SourceEvent): string {
 
 /** Runs a FileSource on a temp dir; `next(n)` waits for n more events. */
 async function withSource(
-  files: Record<string, string>,
+  files: Record<string, string | { link: string } | { directory: true }>,
   body: (
     ctx: { dir: string; next: (count: number, timeoutMs?: number) => Promise<string[]> },
   ) => Promise<void>,
+  options: Partial<FileSourceOptions> = {},
 ) {
   const dir = await Deno.makeTempDir({ prefix: "kp-ingest-file-" });
   const controller = new AbortController();
@@ -51,10 +54,12 @@ async function withSource(
   let waiter: (() => void) | undefined;
   let consumed = 0;
   try {
-    for (const [name, text] of Object.entries(files)) {
-      await Deno.writeTextFile(`${dir}/${name}`, text);
+    for (const [name, entry] of Object.entries(files)) {
+      if (typeof entry === "string") await Deno.writeTextFile(`${dir}/${name}`, entry);
+      else if ("link" in entry) await Deno.symlink(entry.link, `${dir}/${name}`);
+      else await Deno.mkdir(`${dir}/${name}`);
     }
-    const source = new FileSource({ dir, pollIntervalMs: 200, debounceMs: 20 });
+    const source = new FileSource({ dir, pollIntervalMs: 200, debounceMs: 20, ...options });
     const running = source.start((event) => {
       events.push(describe(event));
       waiter?.();
@@ -165,4 +170,311 @@ Deno.test("FileSource loads scripts/manifests into a valid tracker state", async
     cidrs: ["10.96.0.0/16", "fd00:96::/112"],
   }]);
   assert.equal(state.services.get("default/web-lb")?.healthCheckNodePort, 32001);
+});
+
+/** Neither YAML nor JSON: the parse error is where contents would leak. */
+const SECRET = "token: kproxy-test-secret\n- root:$6$kproxy-test-secret:20228:0:99999:7:::\n";
+
+function messages(records: { message: readonly unknown[] }[]): string[] {
+  return records.map((record) => record.message.map(String).join(""));
+}
+
+Deno.test("parseManifest() errors name file:line:column and never quote the file", () => {
+  const cases: [string, string][] = [
+    [SECRET, "x.yaml:2:1: "],
+    ['a: b\nkey: "kproxy-test-secret\n', "x.yaml:3:1: "],
+    ["a: b\nkey: !<!kproxy-test-secret> x\n", "x.yaml:2:"],
+  ];
+  for (const [text, where] of cases) {
+    assert.throws(
+      () => parseManifest(text, "x.yaml"),
+      (error: Error) => {
+        assert.ok(error.message.startsWith(`Cannot parse ${where}`), error.message);
+        assert.doesNotMatch(error.message, /kproxy-test-secret|root|daemon/);
+        return true;
+      },
+    );
+  }
+  assert.throws(
+    () => parseManifest(`{"kind": "List", "items": [kproxy-test-secret}`, "x.json"),
+    (error: Error) => {
+      assert.match(error.message, /^Cannot parse x\.json:1:\d+: /);
+      assert.doesNotMatch(error.message, /kproxy-test-secret/);
+      return true;
+    },
+  );
+});
+
+Deno.test("parseManifest() reads List JSON as kubectl prints it, and typed *List kinds", () => {
+  const kubectlJson = JSON.stringify(
+    {
+      apiVersion: "v1",
+      kind: "List",
+      metadata: { resourceVersion: "" },
+      items: [JSON.parse(SLICE_JSON), { apiVersion: "v1", kind: "Node", metadata: { name: "n" } }],
+    },
+    null,
+    4,
+  );
+  assert.deepEqual(parseManifest(kubectlJson, "dump.json").map((o) => o.kind), [
+    "EndpointSlice",
+    "Node",
+  ]);
+  // The same dump saved as .yaml, and a YAML List.
+  assert.equal(parseManifest(kubectlJson, "dump.yaml").length, 2);
+  // What the API itself serves: items of a typed list carry no kind.
+  const serviceList = parseManifest(
+    `apiVersion: v1\nkind: ServiceList\nmetadata: {resourceVersion: "1"}\nitems:\n` +
+      `  - metadata: {namespace: default, name: web}\n    spec: {clusterIP: 10.96.0.10}\n`,
+    "services.yaml",
+  );
+  assert.deepEqual(serviceList.map((o) => [o.kind, o.apiVersion]), [["Service", "v1"]]);
+});
+
+Deno.test("parseManifest() refuses YAML aliases (no alias expansion bomb)", () => {
+  const bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n" +
+    "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n";
+  assert.throws(() => parseManifest(bomb, "bomb.yaml"), /Cannot parse bomb\.yaml:2:\d+: /);
+});
+
+Deno.test("FileSource refuses a symlink that leaves the directory", async () => {
+  const outside = await Deno.makeTempDir({ prefix: "kp-outside-" });
+  const base = outside.split("/").at(-1);
+  try {
+    await Deno.writeTextFile(`${outside}/secret.yaml`, SECRET);
+    await Deno.writeTextFile(`${outside}/svc.yaml`, SERVICE.replace("name: web", "name: stolen"));
+    await withLogRecords(["kproxy", "source", "file"], async (records) => {
+      await withSource({
+        "a.yaml": SERVICE,
+        "shadow.yaml": { link: `${outside}/secret.yaml` },
+        "relative.yaml": { link: `../${base}/svc.yaml` },
+        "sub": { directory: true },
+        "dots.yaml": { link: `sub/../../${base}/svc.yaml` },
+        "inside.yml": { link: "sub/../b.json" },
+        "b.json": SLICE_JSON.replace("web-1", "web-2"),
+      }, async ({ next }) => {
+        assert.deepEqual(await next(3), [
+          "upsert Service default/web",
+          "upsert EndpointSlice default/web-2",
+          "synced",
+        ]);
+      });
+      const text = messages(records).join("\n");
+      assert.doesNotMatch(text, /kproxy-test-secret|root:|stolen/);
+      for (const name of ["shadow", "relative", "dots"]) {
+        assert.match(text, new RegExp(`Refusing manifest \\S*/${name}\\.yaml: .*leaves`));
+      }
+    });
+  } finally {
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
+Deno.test("FileSource reads through a symlinked directory and a dir path with ..", async () => {
+  const real = await Deno.makeTempDir({ prefix: "kp-real-" });
+  const link = `${real}-link`;
+  try {
+    await Deno.mkdir(`${real}/m`);
+    await Deno.mkdir(`${real}/other`);
+    await Deno.writeTextFile(`${real}/m/a.yaml`, SERVICE);
+    await Deno.writeTextFile(`${real}/other/x.yaml`, SERVICE.replace("name: web", "name: stolen"));
+    await Deno.symlink(`${real}/other/x.yaml`, `${real}/m/x.yaml`);
+    await Deno.symlink(`${real}/m`, link);
+    for (const dir of [link, `${real}/other/../m`]) {
+      const seen: string[] = [];
+      const controller = new AbortController();
+      await new FileSource({ dir }).start((event) => {
+        seen.push(describe(event));
+        if (event.type === "synced") controller.abort();
+      }, controller.signal);
+      assert.deepEqual(seen, ["upsert Service default/web", "synced"], dir);
+    }
+  } finally {
+    await Deno.remove(link).catch(() => {});
+    await Deno.remove(real, { recursive: true });
+  }
+});
+
+/** Log records of `level` whose message mentions `text`. */
+function logged(
+  records: { level: string; message: readonly unknown[] }[],
+  level: string,
+  text: RegExp,
+) {
+  return records.filter((r) => r.level === level && text.test(r.message.map(String).join("")));
+}
+
+Deno.test("FileSource does not re-read files that did not change", async () => {
+  await withLogRecords(["kproxy", "source", "file"], async (records) => {
+    await withSource({ "a.yaml": SERVICE, "b.yaml": CONFIGMAP_AND_NODE }, async ({ dir, next }) => {
+      assert.equal((await next(3)).at(-1), "synced");
+      await new Promise((resolve) => setTimeout(resolve, 700)); // three polls
+      assert.equal(logged(records, "debug", /^Read .*\/a\.yaml/).length, 1, "a.yaml read once");
+      assert.equal(logged(records, "debug", /^Read .*\/b\.yaml/).length, 1, "b.yaml read once");
+
+      await Deno.writeTextFile(`${dir}/a.yaml`, SERVICE.replace("10.96.0.10", "10.96.0.11"));
+      assert.deepEqual(await next(1), ["upsert Service default/web"]);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      assert.equal(logged(records, "debug", /^Read .*\/a\.yaml/).length, 2, "a.yaml read again");
+      assert.equal(logged(records, "debug", /^Read .*\/b\.yaml/).length, 1, "b.yaml not re-read");
+    });
+  });
+});
+
+Deno.test("FileSource emits only the changed objects of a file, and deletes a removed document", async () => {
+  const two = `${SERVICE}---\n${SERVICE.replace("name: web", "name: api")}`;
+  await withSource({ "a.yaml": two }, async ({ dir, next }) => {
+    assert.deepEqual(await next(3), [
+      "upsert Service default/web",
+      "upsert Service default/api",
+      "synced",
+    ]);
+    await Deno.writeTextFile(`${dir}/a.yaml`, two.replace("name: api", "name: api2"));
+    assert.deepEqual(await next(2), ["upsert Service default/api2", "delete Service default/api"]);
+    await Deno.writeTextFile(`${dir}/a.yaml`, SERVICE);
+    assert.deepEqual(await next(1), ["delete Service default/api2"]);
+  });
+});
+
+Deno.test("FileSource refuses a file above the size limit with a log line naming it", async () => {
+  await withLogRecords(["kproxy", "source", "file"], async (records) => {
+    const big = `${SERVICE}# ${"x".repeat(400)}\n`;
+    await withSource(
+      { "a.yaml": SERVICE, "big.yaml": big.replace("name: web", "name: big") },
+      async ({ next }) => {
+        assert.deepEqual(await next(2), ["upsert Service default/web", "synced"]);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      },
+      { maxFileBytes: 400 },
+    );
+    const refused = logged(records, "error", /big\.yaml.*above the limit of 400 bytes/);
+    assert.equal(refused.length, 1, messages(records).join("\n"));
+  });
+});
+
+Deno.test("FileSource logs a broken file once per change, not on every poll", async () => {
+  await withLogRecords(["kproxy", "source", "file"], async (records) => {
+    await withSource({ "a.yaml": SERVICE, "bad.yaml": "kind: [broken" }, async ({ dir, next }) => {
+      assert.deepEqual(await next(2), ["upsert Service default/web", "synced"]);
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      assert.equal(logged(records, "error", /bad\.yaml/).length, 1);
+      await Deno.writeTextFile(`${dir}/bad.yaml`, "kind: [still broken");
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      assert.equal(logged(records, "error", /bad\.yaml/).length, 2);
+    });
+  });
+});
+
+Deno.test("FileSource lets timers run while it loads a large file", async () => {
+  const docs: string[] = [];
+  for (let i = 0; i < 300; i++) docs.push(SERVICE.replace("name: web", `name: web-${i}`));
+  const dir = await Deno.makeTempDir({ prefix: "kp-ingest-file-" });
+  try {
+    await Deno.writeTextFile(`${dir}/many.yaml`, docs.join("---\n"));
+    let ticks = 0;
+    let first = -1;
+    let last = -1;
+    const timer = setInterval(() => ticks++, 0);
+    const controller = new AbortController();
+    try {
+      await new FileSource({ dir, sliceMs: 0 }).start((event) => {
+        if (event.type === "synced") controller.abort();
+        else if (first < 0) first = ticks;
+        else last = ticks;
+      }, controller.signal);
+    } finally {
+      clearInterval(timer);
+    }
+    assert.ok(last > first, `timers ran between the first and the last object (${first}, ${last})`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** What a whole-document parse gives: each document, List items expanded (the reference). */
+function wholeParse(text: string): unknown[] {
+  return loadAll(text).flatMap((doc) => {
+    if (doc === null || typeof doc !== "object") return [];
+    const list = doc as { kind?: string; items?: unknown[] };
+    return list.kind?.endsWith("List") && Array.isArray(list.items)
+      ? list.items.filter((item) => item !== null && typeof item === "object")
+      : [doc];
+  });
+}
+
+Deno.test("parseManifest() reads a YAML List item by item as a whole parse would", async (t) => {
+  const items = [
+    { apiVersion: "v1", kind: "Service", metadata: { name: "a" }, spec: { ports: [{ port: 80 }] } },
+    { apiVersion: "v1", kind: "Node", metadata: { name: "b", annotations: { note: "x\n- y\nz" } } },
+    { apiVersion: "v1", kind: "Service", metadata: { name: "c" }, spec: { clusterIPs: [] } },
+  ];
+  const list = { apiVersion: "v1", kind: "List", metadata: { resourceVersion: "" }, items };
+  for (const seqNoIndent of [true, false]) {
+    await t.step(`js-yaml dump, seqNoIndent ${seqNoIndent}`, () => {
+      const text = dump(list, { seqNoIndent });
+      assert.deepEqual(parseManifest(text, "l.yaml"), wholeParse(text));
+    });
+  }
+  const odd = [
+    // kubectl's order, comments and blank lines inside, an entry starting on its own line
+    "apiVersion: v1\nitems:\n- kind: Service\n  metadata: {name: a}\n# between\n\n-\n  kind: Node\n" +
+    "  metadata:\n    name: b\n    annotations:\n      text: |\n        - not an entry\n" +
+    '        items:\nkind: List\nmetadata:\n  resourceVersion: ""\n',
+    // items: inside a quoted scalar continued at column 0 (invalid YAML): an error, as whole
+    'a: "foo\nitems:\n- kind: Service\n  metadata: {name: x}\n"\nkind: List\n',
+    // a non-List document with an items key keeps its items
+    "kind: Thing\nitems:\n- kind: Service\n",
+    // a typed list: items without kind take the list's
+    "apiVersion: v1\nkind: ServiceList\nitems:\n  - metadata: {name: a}\n  - metadata: {name: b}\n",
+  ];
+  for (const [i, text] of odd.entries()) {
+    await t.step(`odd list ${i}`, () => {
+      if (i === 1) {
+        assert.throws(() => wholeParse(text));
+        assert.throws(() => parseManifest(text, "l.yaml"), /^SyntaxError: Cannot parse l\.yaml:2:/);
+        return;
+      }
+      const want = i === 3
+        ? [
+          { apiVersion: "v1", kind: "Service", metadata: { name: "a" } },
+          { apiVersion: "v1", kind: "Service", metadata: { name: "b" } },
+        ]
+        : wholeParse(text);
+      assert.deepEqual(parseManifest(text, "l.yaml"), want);
+    });
+  }
+  await t.step("an error in an entry names its line", () => {
+    const text =
+      "apiVersion: v1\nkind: List\nitems:\n- kind: Service\n- kind: [broken\n- kind: Node\n";
+    assert.throws(
+      () => parseManifest(text, "l.yaml"),
+      /^SyntaxError: Cannot parse l\.yaml:[56]:\d+: /,
+    );
+  });
+});
+
+Deno.test("FileSource sees a file written while its first read runs (file events only)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kp-ingest-file-" });
+  const controller = new AbortController();
+  const seen: string[] = [];
+  try {
+    await Deno.writeTextFile(`${dir}/a.yaml`, SERVICE);
+    const done = new FileSource({ dir, pollIntervalMs: 3_600_000, debounceMs: 20 }).start(
+      (event) => {
+        seen.push(describe(event));
+        if (seen.length === 1) {
+          Deno.writeTextFileSync(`${dir}/b.yaml`, SERVICE.replace("name: web", "name: api"));
+        }
+        if (event.type !== "synced" && seen.includes("synced")) controller.abort();
+      },
+      controller.signal,
+    );
+    const timeout = setTimeout(() => controller.abort(), 10_000);
+    await done;
+    clearTimeout(timeout);
+    assert.deepEqual(seen, ["upsert Service default/web", "synced", "upsert Service default/api"]);
+  } finally {
+    controller.abort();
+    await Deno.remove(dir, { recursive: true });
+  }
 });

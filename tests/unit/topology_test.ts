@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import type { Node } from "../../lib/model.ts";
+import type { Node, Service } from "../../lib/model.ts";
 import { HOSTNAME_LABEL, REGION_LABEL, ZONE_LABEL } from "../../lib/model.ts";
 import { categorizeEndpoints } from "../../lib/endpoints.ts";
 import {
@@ -66,7 +66,7 @@ function ep(spec: EpSpec, thisNode = "node-a1"): CandidateEndpoint {
 interface ServiceSpec {
   topologyKeys?: string[];
   trafficDistribution?: string;
-  topologyMode?: string;
+  topologyMode?: Service["topologyMode"];
 }
 
 function input(
