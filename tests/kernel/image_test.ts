@@ -1,0 +1,298 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
+import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
+import { kernelSkipReason, Topology } from "./netns.ts";
+
+const REPO = new URL("../../", import.meta.url).pathname;
+const WEB = { ip: "10.96.0.10", port: 80 };
+
+/**
+ * The OCI runtime the test uses: runc, else crun (same command line). Debian 12's crun refuses
+ * hosts with hybrid cgroups ("cgroups in hybrid mode not supported"); runc runs on them.
+ */
+async function ociRuntime(): Promise<string | undefined> {
+  for (const runtime of ["runc", "crun"]) {
+    const found = await new Deno.Command(runtime, { args: ["--version"], stdout: "null" })
+      .output().then((output) => output.success, () => false);
+    if (found) return runtime;
+  }
+  return undefined;
+}
+
+const runtime = await ociRuntime();
+const skipReason = await kernelSkipReason([
+  "nft",
+  "skopeo",
+  "umoci",
+  "apt-get",
+  "dpkg-deb",
+  "npm",
+  "tar",
+  "gzip",
+]) ?? (runtime ? undefined : "neither runc nor crun is installed");
+if (skipReason !== undefined) console.warn(`image test ignored: ${skipReason}`);
+
+async function output(program: string, args: string[]): Promise<string> {
+  const result = await new Deno.Command(program, { args, stdout: "piped", stderr: "piped" })
+    .output();
+  const stderr = new TextDecoder().decode(result.stderr);
+  assert.ok(result.success, `${program} ${args.join(" ")}: ${stderr}`);
+  return new TextDecoder().decode(result.stdout);
+}
+
+type Doc = Record<string, any>;
+
+/** The DaemonSet's kproxy container and the ConfigMap's config.yaml. */
+async function deployment(): Promise<{ container: Doc; configYaml: string }> {
+  const read = async (file: string) =>
+    parseAllDocuments(await Deno.readTextFile(join(REPO, "scripts/deploy", file)))
+      .map((doc) => doc.toJS() as Doc);
+  const [daemonSet] = await read("daemonset.yaml");
+  const [configMap] = await read("configmap.yaml");
+  return {
+    container: daemonSet!.spec.template.spec.containers[0],
+    configYaml: configMap!.data["config.yaml"],
+  };
+}
+
+/** Kubernetes' `$(VAR)` expansion of a container's command. */
+function expand(arg: string, env: Record<string, string>): string {
+  return arg.replace(/\$\(([A-Z_]+)\)/g, (whole, name) => env[name] ?? whole);
+}
+
+interface SpecOptions {
+  args: string[];
+  env: string[];
+  capabilities: string[];
+  readonlyRoot: boolean;
+  netns: string;
+  mounts: { source: string; destination: string; readonly: boolean }[];
+}
+
+/**
+ * A runtime spec as containerd gives a non-privileged Kubernetes container
+ * on the host network: new mount, PID, IPC and UTS namespaces, the node's
+ * network namespace, only the listed capabilities, /proc/sys read-only.
+ */
+function runtimeSpec(options: SpecOptions): Doc {
+  const capabilities = options.capabilities.map((cap) => `CAP_${cap}`);
+  return {
+    ociVersion: "1.0.2",
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: options.args,
+      env: options.env,
+      cwd: "/",
+      capabilities: {
+        bounding: capabilities,
+        effective: capabilities,
+        permitted: capabilities,
+      },
+      noNewPrivileges: true,
+    },
+    root: { path: "rootfs", readonly: options.readonlyRoot },
+    hostname: "kproxy",
+    mounts: [
+      { destination: "/proc", type: "proc", source: "proc" },
+      {
+        destination: "/dev",
+        type: "tmpfs",
+        source: "tmpfs",
+        options: ["nosuid", "strictatime", "mode=755", "size=65536k"],
+      },
+      {
+        destination: "/sys",
+        type: "sysfs",
+        source: "sysfs",
+        options: ["nosuid", "noexec", "nodev", "ro"],
+      },
+      ...options.mounts.map((mount) => ({
+        destination: mount.destination,
+        type: "bind",
+        source: mount.source,
+        options: ["rbind", mount.readonly ? "ro" : "rw"],
+      })),
+    ],
+    linux: {
+      namespaces: [
+        { type: "pid" },
+        { type: "ipc" },
+        { type: "uts" },
+        { type: "mount" },
+        { type: "network", path: `/run/netns/${options.netns}` },
+      ],
+      maskedPaths: ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+      readonlyPaths: ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    },
+  };
+}
+
+/** GETs a URL from inside a network namespace; returns the HTTP status (0 when unreachable). */
+async function httpStatus(ns: string, url: string): Promise<number> {
+  const script = "import sys, urllib.request, urllib.error\n" +
+    "try:\n  print(urllib.request.urlopen(sys.argv[1], timeout=2).status)\n" +
+    "except urllib.error.HTTPError as e:\n  print(e.code)\nexcept Exception:\n  print(0)\n";
+  const text = await output("ip", ["netns", "exec", ns, "python3", "-c", script, url]);
+  return Number(text.trim());
+}
+
+Deno.test({
+  name: "deno task image: the archive reads as OCI and Docker, and the DaemonSet's container " +
+    "programs rules real traffic takes",
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn(t) {
+    const work = await Deno.makeTempDir({ prefix: "kproxy-image-test-" });
+    const archive = join(work, "kproxy.tar");
+    const built = await buildImage({ output: archive, log: () => {} });
+
+    await t.step("skopeo reads the archive as an OCI archive and as a Docker archive", async () => {
+      const oci = JSON.parse(await output("skopeo", ["inspect", `oci-archive:${archive}`]));
+      const docker = JSON.parse(await output("skopeo", ["inspect", `docker-archive:${archive}`]));
+      assert.equal(oci.Digest, built.digest);
+      assert.deepEqual(docker.Layers.length, oci.Layers.length);
+      assert.equal(oci.Layers.length, 3);
+      assert.deepEqual(oci.Env, IMAGE_SETTINGS.env);
+      const config = JSON.parse(
+        await output("skopeo", ["inspect", "--config", `docker-archive:${archive}`]),
+      );
+      assert.deepEqual(config.config.Entrypoint, IMAGE_SETTINGS.entrypoint);
+      const manifest = JSON.parse(await output("tar", ["-xOf", archive, "manifest.json"]));
+      assert.deepEqual(manifest[0].RepoTags, [built.reference]);
+    });
+
+    const layout = join(work, "layout");
+    const bundle = join(work, "bundle");
+    await Deno.mkdir(layout);
+    await output("tar", ["-xf", archive, "-C", layout]);
+    await output("umoci", [
+      "unpack",
+      "--image",
+      `${layout}:${built.reference.split(":")[1]}`,
+      bundle,
+    ]);
+    const rootfs = join(bundle, "rootfs");
+
+    await t.step("umoci unpacks a root filesystem holding every mode's programs", async () => {
+      for (
+        const program of ["nft", "iptables-legacy-restore", "ip6tables-nft", "ipvsadm", "sysctl"]
+      ) {
+        const path = join(rootfs, "usr/sbin", program);
+        assert.ok((await Deno.stat(path)).isFile, path);
+      }
+      assert.ok((await Deno.stat(join(rootfs, "usr/local/bin/deno"))).isFile);
+      assert.ok((await Deno.stat(join(rootfs, "opt/kproxy/dist/kproxy.js"))).isFile);
+    });
+
+    const topology = await Topology.create({
+      prefix: `kp-i-${Topology.randomTag()}-`,
+      localPods: 1,
+      remotePods: 1,
+      exitOnSigint: true,
+    });
+    const id = `kproxy-image-test-${Topology.randomTag()}`;
+    const state = join(work, "runtime-state");
+    let container: Deno.ChildProcess | undefined;
+    try {
+      const { container: spec, configYaml } = await deployment();
+      await Deno.mkdir(join(work, "etc-kproxy"));
+      await Deno.writeTextFile(join(work, "etc-kproxy/config.yaml"), configYaml);
+      await Deno.writeTextFile(join(work, "xtables.lock"), "");
+      await Deno.mkdir(join(work, "lib-modules"));
+      const env = { NODE_NAME: "node-a" };
+      const args = [
+        ...spec.command.map((arg: string) => expand(arg, env)),
+        "--manifests=/manifests",
+      ];
+      const security = spec.securityContext;
+      await Deno.writeTextFile(
+        join(bundle, "config.json"),
+        JSON.stringify(runtimeSpec({
+          args,
+          env: [...IMAGE_SETTINGS.env, ...Object.entries(env).map(([k, v]) => `${k}=${v}`)],
+          capabilities: security.capabilities.add,
+          readonlyRoot: security.readOnlyRootFilesystem,
+          netns: topology.node,
+          mounts: [
+            { source: join(work, "etc-kproxy"), destination: "/etc/kproxy", readonly: true },
+            { source: join(REPO, "scripts/manifests"), destination: "/manifests", readonly: true },
+            {
+              source: join(work, "xtables.lock"),
+              destination: "/run/xtables.lock",
+              readonly: false,
+            },
+            { source: join(work, "lib-modules"), destination: "/lib/modules", readonly: true },
+          ],
+        })),
+      );
+      container = new Deno.Command(runtime!, {
+        args: ["--root", state, "run", "--bundle", bundle, id],
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const logs = Promise.all([
+        new Response(container.stdout).text(),
+        new Response(container.stderr).text(),
+      ]).then((parts) => parts.join(""));
+      let exited = false;
+      container.status.then(() => exited = true);
+
+      await t.step("traffic to the web cluster IP reaches its endpoints", async () => {
+        const deadline = Date.now() + 60_000;
+        let reply = await topology.tcpRequest(topology.client, WEB.ip, WEB.port);
+        while (!reply.ok && !exited && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          reply = await topology.tcpRequest(topology.client, WEB.ip, WEB.port);
+        }
+        if (exited) assert.fail(`the container exited: ${await logs}`);
+        assert.ok(reply.ok, `no answer from ${WEB.ip}:${WEB.port}: ${JSON.stringify(reply)}`);
+        assert.match(reply.pod, /^pod-[ab]1$/);
+      });
+
+      await t.step("/healthz and /livez answer 200 on the address the probes use", async () => {
+        assert.equal(await httpStatus(topology.node, "http://127.0.0.1:10256/healthz"), 200);
+        assert.equal(await httpStatus(topology.node, "http://127.0.0.1:10256/livez"), 200);
+      });
+
+      await t.step(
+        "kproxy is the container's process, with exact permissions and two capabilities",
+        async () => {
+          const { pid } = JSON.parse(await output(runtime!, ["--root", state, "state", id]));
+          // Deno refuses to read another process's /proc files itself: cat them.
+          const proc = (file: string) => output("cat", [`/proc/${pid}/${file}`]);
+          const cmdline = (await proc("cmdline")).split("\0");
+          assert.equal(cmdline[0], "/usr/local/bin/deno");
+          assert.ok(cmdline.includes("/opt/kproxy/dist/kproxy.js"), cmdline.join(" "));
+          assert.ok(cmdline.some((arg) => arg.startsWith("--allow-run=conntrack,")));
+          assert.ok(!cmdline.includes("--allow-all") && !cmdline.includes("-A"));
+          const status = await proc("status");
+          // CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.
+          assert.match(status, /^CapEff:\s+0000000000003000$/m);
+          assert.match(status, /^CapBnd:\s+0000000000003000$/m);
+          const mounts = await proc("mountinfo");
+          const root = mounts.split("\n").find((line) => line.split(" ")[4] === "/");
+          assert.match(root ?? "", / ro[, ]/, `root mount: ${root}`);
+        },
+      );
+
+      await output(runtime!, ["--root", state, "kill", id, "TERM"]);
+      const status = await container.status;
+      const text = await logs;
+      await t.step("SIGTERM stops it cleanly", () => {
+        assert.equal(status.code, 0, text);
+      });
+    } finally {
+      if (container) {
+        await new Deno.Command(runtime!, { args: ["--root", state, "delete", "--force", id] })
+          .output();
+        await container.status;
+      }
+      await topology.destroy();
+      await Deno.remove(work, { recursive: true });
+    }
+  },
+});
