@@ -10,8 +10,9 @@
  * 3. kproxy: `dist/kproxy.js` (`deno task bundle`), the launcher that computes
  *    its permissions, and `/usr/local/bin/kproxy`.
  *
- * Downloads are cached in `.tools/image/` and reused when their checksums
- * match. With `--rootfs DIR` it writes the three trees to `DIR/{os,deno,kproxy}`
+ * Downloads are cached in `$XDG_CACHE_HOME/kproxy/image` (`~/.cache/…`: outside
+ * the work tree, so that CI's fresh clones reuse them) and reused when their
+ * checksums match. With `--rootfs DIR` it writes the three trees to `DIR/{os,deno,kproxy}`
  * instead of an archive (the Containerfile copies them).
  *
  * Usage: deno task image [--output FILE] [--rootfs DIR] [--deno-binary PATH] [--cache DIR]
@@ -136,6 +137,11 @@ async function run(program: string, args: string[], cwd = REPO): Promise<string>
   return new TextDecoder().decode(output.stdout);
 }
 
+function defaultCacheDir(): string {
+  const base = Deno.env.get("XDG_CACHE_HOME") ?? join(Deno.env.get("HOME") ?? "/root", ".cache");
+  return join(base, "kproxy/image");
+}
+
 /** The time every file and the image claim: SOURCE_DATE_EPOCH, else the last commit's. */
 async function sourceDateEpoch(): Promise<number> {
   const explicit = Deno.env.get("SOURCE_DATE_EPOCH");
@@ -211,7 +217,7 @@ export interface BuildOptions {
   rootfs?: string;
   /** A Deno executable to use instead of the npm package. */
   denoBinary?: string;
-  /** Download cache. @default {".tools/image"} */
+  /** Download cache. @default {"$XDG_CACHE_HOME/kproxy/image", else "~/.cache/kproxy/image"} */
   cache?: string;
   log?: (line: string) => void;
 }
@@ -236,7 +242,7 @@ export async function buildImage(options: BuildOptions = {}): Promise<BuildResul
   });
   const tag = await imageTag();
   const reference = `${IMAGE_REPOSITORY}:${tag}`;
-  const cache = options.cache ?? join(REPO, ".tools/image");
+  const cache = options.cache ?? defaultCacheDir();
   const workDir = await Deno.makeTempDir({ prefix: "kproxy-image-" });
   try {
     log("resolving and downloading Debian packages");

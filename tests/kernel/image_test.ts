@@ -43,6 +43,76 @@ async function output(program: string, args: string[]): Promise<string> {
 
 type Doc = Record<string, any>;
 
+const hasContainerd = await Promise.all(
+  ["containerd", "ctr"].map((program) =>
+    new Deno.Command(program, { args: ["--version"], stdout: "null" }).output()
+      .then((result) => result.success, () => false)
+  ),
+).then((found) => found.every(Boolean));
+if (!hasContainerd) {
+  console.warn("image test: ctr import step ignored: containerd is not installed");
+}
+
+const hasPodman = await new Deno.Command("podman", { args: ["--version"], stdout: "null" })
+  .output().then((result) => result.success, () => false);
+if (!hasPodman) console.warn("image test: podman load step ignored: podman is not installed");
+
+/** Loads the archive with `podman load` into a store under `dir`; returns `podman images` names. */
+async function podmanLoad(archive: string, dir: string): Promise<string[]> {
+  const podman = (...args: string[]) =>
+    output("podman", [
+      `--root=${dir}/root`,
+      `--runroot=${dir}/run`,
+      `--tmpdir=${dir}/tmp`,
+      "--storage-driver=vfs",
+      "--events-backend=none",
+      ...args,
+    ]);
+  await podman("load", "--quiet", "--input", archive);
+  return (await podman("images", "--format", "{{.Repository}}:{{.Tag}}")).split("\n")
+    .filter((line) => line !== "");
+}
+
+/**
+ * Imports the archive with `ctr -n k8s.io images import` into a containerd of its own (state,
+ * sockets and content under `dir`, no CRI plugin) and returns the image names it then lists.
+ */
+async function ctrImport(archive: string, dir: string): Promise<string[]> {
+  const socket = join(dir, "containerd.sock");
+  await Deno.mkdir(dir, { recursive: true });
+  await Deno.writeTextFile(
+    join(dir, "config.toml"),
+    [
+      "version = 2",
+      `root = "${dir}/root"`,
+      `state = "${dir}/state"`,
+      `disabled_plugins = ["io.containerd.grpc.v1.cri"]`,
+      `[grpc]\naddress = "${socket}"`,
+      `[ttrpc]\naddress = "${dir}/ttrpc.sock"`,
+      `[plugins."io.containerd.internal.v1.opt"]\npath = "${dir}/opt"`,
+    ].join("\n") + "\n",
+  );
+  const daemon = new Deno.Command("containerd", {
+    args: ["--config", join(dir, "config.toml")],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  try {
+    const ctr = (...args: string[]) =>
+      output("ctr", ["--address", socket, "-n", "k8s.io", ...args]);
+    const deadline = Date.now() + 20_000;
+    while (!(await ctr("version").then(() => true, () => false))) {
+      if (Date.now() > deadline) throw new Error("containerd did not start in 20 s");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    await ctr("images", "import", archive);
+    return (await ctr("images", "ls", "-q")).split("\n").filter((line) => line !== "");
+  } finally {
+    daemon.kill("SIGTERM");
+    await daemon.status;
+  }
+}
+
 /** The DaemonSet's kproxy container and the ConfigMap's config.yaml. */
 async function deployment(): Promise<{ container: Doc; configYaml: string }> {
   const read = async (file: string) =>
@@ -162,6 +232,24 @@ Deno.test({
       assert.deepEqual(config.config.Entrypoint, IMAGE_SETTINGS.entrypoint);
       const manifest = JSON.parse(await output("tar", ["-xOf", archive, "manifest.json"]));
       assert.deepEqual(manifest[0].RepoTags, [built.reference]);
+    });
+
+    await t.step({
+      name: "ctr -n k8s.io images import loads it under the DaemonSet's image name",
+      ignore: !hasContainerd,
+      fn: async () => {
+        const { container } = await deployment();
+        assert.equal(container.image, built.reference);
+        assert.deepEqual(await ctrImport(archive, join(work, "containerd")), [built.reference]);
+      },
+    });
+
+    await t.step({
+      name: "podman load loads it under the same name",
+      ignore: !hasPodman,
+      fn: async () => {
+        assert.deepEqual(await podmanLoad(archive, join(work, "podman")), [built.reference]);
+      },
     });
 
     const layout = join(work, "layout");
