@@ -124,7 +124,7 @@ if (!prometheus) {
   console.warn("Prometheus test ignored: prometheus (Debian package) is not installed");
 }
 
-async function freePort(): Promise<number> {
+function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const { port } = listener.addr as Deno.NetAddr;
   listener.close();
@@ -136,7 +136,7 @@ async function withPrometheus(
   options: { target: string; dir: string },
   fn: (query: (path: string, params: Record<string, string>) => Promise<any>) => Promise<void>,
 ): Promise<void> {
-  const port = await freePort();
+  const port = freePort();
   await Deno.writeTextFile(
     join(options.dir, "prometheus.yml"),
     JSON.stringify({
