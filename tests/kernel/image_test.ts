@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
+import { SERVICE_ACCOUNT_DIR } from "../../lib/source/kubeconfig.ts";
+import { testCertificates } from "../support/certificates.ts";
 import { kernelSkipReason, Topology } from "./netns.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -30,6 +32,7 @@ const skipReason = await kernelSkipReason([
   "npm",
   "tar",
   "gzip",
+  "openssl",
 ]) ?? (runtime ? undefined : "neither runc nor crun is installed");
 if (skipReason !== undefined) console.warn(`image test ignored: ${skipReason}`);
 
@@ -199,6 +202,50 @@ function runtimeSpec(options: SpecOptions): Doc {
   };
 }
 
+/**
+ * Starts the fake apiserver over HTTPS inside `ns`, serving scripts/manifests, and writes the
+ * service-account directory a pod would get for it (token, CA, namespace) into `saDir`.
+ */
+async function startApiServer(
+  options: { ns: string; work: string; saDir: string },
+): Promise<{ port: number; process: Deno.ChildProcess }> {
+  const tls = await testCertificates();
+  if (!tls) throw new Error("Cannot make test certificates with openssl");
+  await Deno.mkdir(options.saDir, { recursive: true });
+  await Deno.writeTextFile(join(options.saDir, "token"), "image-test-token\n");
+  await Deno.writeTextFile(join(options.saDir, "ca.crt"), tls.ca);
+  await Deno.writeTextFile(join(options.saDir, "namespace"), "kube-system");
+  await Deno.writeTextFile(join(options.work, "server.pem"), tls.cert);
+  await Deno.writeTextFile(join(options.work, "server.key"), tls.key);
+  const process = new Deno.Command("ip", {
+    args: [
+      "netns",
+      "exec",
+      options.ns,
+      Deno.execPath(),
+      "run",
+      "--allow-read",
+      "--allow-net=127.0.0.1",
+      "--allow-env",
+      "--ignore-env",
+      join(REPO, "tests/support/serve_fake_apiserver.ts"),
+      `--manifests=${join(REPO, "scripts/manifests")}`,
+      `--cert=${join(options.work, "server.pem")}`,
+      `--key=${join(options.work, "server.key")}`,
+    ],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const reader = process.stdout.getReader();
+  const { value } = await reader.read();
+  reader.releaseLock();
+  process.stdout.cancel().catch(() => undefined);
+  const port = Number(new TextDecoder().decode(value ?? new Uint8Array()).trim());
+  if (!(port > 0)) throw new Error("Cannot start the fake apiserver in the node namespace");
+  return { port, process };
+}
+
 /** GETs a URL from inside a network namespace; returns the HTTP status (0 when unreachable). */
 async function httpStatus(ns: string, url: string): Promise<number> {
   const script = "import sys, urllib.request, urllib.error\n" +
@@ -209,8 +256,8 @@ async function httpStatus(ns: string, url: string): Promise<number> {
 }
 
 Deno.test({
-  name: "deno task image: the archive reads as OCI and Docker, and the DaemonSet's container " +
-    "programs rules real traffic takes",
+  name: "deno task image: the archive loads with ctr and podman, and the DaemonSet's container, " +
+    "in-cluster, programs rules real traffic takes",
   ignore: skipReason !== undefined,
   sanitizeOps: false,
   sanitizeResources: false,
@@ -284,17 +331,24 @@ Deno.test({
     const id = `kproxy-image-test-${Topology.randomTag()}`;
     const state = join(work, "runtime-state");
     let container: Deno.ChildProcess | undefined;
+    let apiserver: Deno.ChildProcess | undefined;
     try {
+      const saDir = join(work, "serviceaccount");
+      const started = await startApiServer({ ns: topology.node, work, saDir });
+      apiserver = started.process;
       const { container: spec, configYaml } = await deployment();
       await Deno.mkdir(join(work, "etc-kproxy"));
       await Deno.writeTextFile(join(work, "etc-kproxy/config.yaml"), configYaml);
       await Deno.writeTextFile(join(work, "xtables.lock"), "");
       await Deno.mkdir(join(work, "lib-modules"));
-      const env = { NODE_NAME: "node-a" };
-      const args = [
-        ...spec.command.map((arg: string) => expand(arg, env)),
-        "--manifests=/manifests",
-      ];
+      // In the pod: the node name from the downward API, the apiserver's service address (here
+      // the fake on the node namespace's loopback) and the service account.
+      const env = {
+        NODE_NAME: "node-a",
+        KUBERNETES_SERVICE_HOST: "127.0.0.1",
+        KUBERNETES_SERVICE_PORT: String(started.port),
+      };
+      const args = spec.command.map((arg: string) => expand(arg, env));
       const security = spec.securityContext;
       await Deno.writeTextFile(
         join(bundle, "config.json"),
@@ -306,7 +360,7 @@ Deno.test({
           netns: topology.node,
           mounts: [
             { source: join(work, "etc-kproxy"), destination: "/etc/kproxy", readonly: true },
-            { source: join(REPO, "scripts/manifests"), destination: "/manifests", readonly: true },
+            { source: saDir, destination: SERVICE_ACCOUNT_DIR, readonly: true },
             {
               source: join(work, "xtables.lock"),
               destination: "/run/xtables.lock",
@@ -356,6 +410,10 @@ Deno.test({
           assert.equal(cmdline[0], "/usr/local/bin/deno");
           assert.ok(cmdline.includes("/opt/kproxy/dist/kproxy.js"), cmdline.join(" "));
           assert.ok(cmdline.some((arg) => arg.startsWith("--allow-run=conntrack,")));
+          const allowed = (flag: string) =>
+            cmdline.find((arg) => arg.startsWith(`--allow-${flag}=`))?.split("=")[1]?.split(",");
+          assert.ok(allowed("net")?.includes(`127.0.0.1:${started.port}`), cmdline.join(" "));
+          assert.ok(allowed("read")?.includes(SERVICE_ACCOUNT_DIR), cmdline.join(" "));
           assert.ok(!cmdline.includes("--allow-all") && !cmdline.includes("-A"));
           const status = await proc("status");
           // CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.
@@ -378,6 +436,10 @@ Deno.test({
         await new Deno.Command(runtime!, { args: ["--root", state, "delete", "--force", id] })
           .output();
         await container.status;
+      }
+      if (apiserver) {
+        await apiserver.stdin.close().catch(() => undefined);
+        await apiserver.status;
       }
       await topology.destroy();
       await Deno.remove(work, { recursive: true });
