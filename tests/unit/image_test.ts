@@ -14,7 +14,12 @@ import {
 } from "../../scripts/image/debian.ts";
 import { isElf, readElfNeeds } from "../../scripts/image/elf.ts";
 import { shellQuote } from "../../scripts/image/entrypoint.ts";
-import { imageDocuments, MEDIA_TYPES, sha256Digest } from "../../scripts/image/oci.ts";
+import {
+  imageDocuments,
+  MEDIA_TYPES,
+  sha256Digest,
+  writeImageArchive,
+} from "../../scripts/image/oci.ts";
 import { canonicalPath } from "../../scripts/image/rootfs.ts";
 import { LINUX_PROGRAMS } from "../../lib/permissions.ts";
 
@@ -198,4 +203,33 @@ Deno.test("the Containerfile states the settings deno task image writes", async 
   assert.deepEqual(labels, imageLabels(tag));
   assert.match(text, new RegExp(`^ARG DENO_VERSION=${DENO_VERSION.replaceAll(".", "\\.")}$`, "m"));
   assert.ok(text.includes(`-t ${IMAGE_REPOSITORY}:${tag} `));
+});
+
+Deno.test("writeImageArchive() writes the same bytes for the same trees, whatever their mtimes", {
+  ignore: Deno.build.os !== "linux",
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kproxy-oci-" });
+  try {
+    await Deno.mkdir(`${dir}/root/usr/bin`, { recursive: true });
+    await Deno.writeTextFile(`${dir}/root/usr/bin/b`, "b");
+    await Deno.writeTextFile(`${dir}/root/usr/bin/a`, "a");
+    await Deno.symlink("usr/bin", `${dir}/root/bin`);
+    const digests: string[] = [];
+    for (const run of [1, 2]) {
+      await Deno.utime(`${dir}/root/usr/bin/a`, run * 1000, run * 1000);
+      await Deno.mkdir(`${dir}/work${run}`);
+      const output = `${dir}/image${run}.tar`;
+      await writeImageArchive({
+        identity: { repository: "localhost/kproxy", tag: "0.1.0", epoch: 1_700_000_000 },
+        settings: IMAGE_SETTINGS,
+        layers: [{ root: `${dir}/root`, comment: "test" }],
+        output,
+        workDir: `${dir}/work${run}`,
+      });
+      digests.push(await sha256Digest(await Deno.readFile(output)));
+    }
+    assert.equal(digests[0], digests[1]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
