@@ -23,6 +23,7 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { LINUX_PROGRAMS } from "../../lib/permissions.ts";
+import { runTool } from "./command.ts";
 import { downloadClosure, sha256File, unpackPackages } from "./debian.ts";
 import { writeImageArchive } from "./oci.ts";
 import type { ImageSettings } from "./oci.ts";
@@ -127,16 +128,6 @@ export async function imageTag(): Promise<string> {
   return config.version;
 }
 
-async function run(program: string, args: string[], cwd = REPO): Promise<string> {
-  const output = await new Deno.Command(program, { args, cwd, stdout: "piped", stderr: "piped" })
-    .output();
-  if (!output.success) {
-    const stderr = new TextDecoder().decode(output.stderr).trim();
-    throw new Error(`Cannot run ${program} ${args.join(" ")}: ${stderr}`);
-  }
-  return new TextDecoder().decode(output.stdout);
-}
-
 function defaultCacheDir(): string {
   const base = Deno.env.get("XDG_CACHE_HOME") ?? join(Deno.env.get("HOME") ?? "/root", ".cache");
   return join(base, "kproxy/image");
@@ -147,7 +138,7 @@ async function sourceDateEpoch(): Promise<number> {
   const explicit = Deno.env.get("SOURCE_DATE_EPOCH");
   if (explicit !== undefined) return Number(explicit);
   try {
-    return Number((await run("git", ["log", "-1", "--format=%ct"])).trim()) || 0;
+    return Number((await runTool("git", ["log", "-1", "--format=%ct"], REPO)).trim()) || 0;
   } catch {
     return 0;
   }
@@ -160,7 +151,7 @@ async function fetchDeno(cacheDir: string, workDir: string): Promise<string> {
   try {
     await Deno.stat(tarball);
   } catch {
-    await run("npm", [
+    await runTool("npm", [
       "pack",
       "--silent",
       `@deno/linux-x64-glibc@${DENO_VERSION}`,
@@ -168,7 +159,7 @@ async function fetchDeno(cacheDir: string, workDir: string): Promise<string> {
       cacheDir,
     ]);
   }
-  await run("tar", ["-xzf", tarball, "-C", workDir, "package/deno"]);
+  await runTool("tar", ["-xzf", tarball, "-C", workDir, "package/deno"]);
   return join(workDir, "package/deno");
 }
 
@@ -190,9 +181,9 @@ async function installFile(source: string, target: string, mode: number): Promis
 }
 
 async function buildKproxyLayer(root: string): Promise<void> {
-  await run(Deno.execPath(), ["task", "bundle"]);
+  await runTool(Deno.execPath(), ["task", "bundle"], REPO);
   await installFile(join(REPO, "dist/kproxy.js"), join(root, KPROXY_DIR, "dist/kproxy.js"), 0o644);
-  await run(Deno.execPath(), [
+  await runTool(Deno.execPath(), [
     "bundle",
     "--quiet",
     "--platform",
@@ -200,7 +191,7 @@ async function buildKproxyLayer(root: string): Promise<void> {
     "-o",
     join(root, KPROXY_DIR, "scripts/launch.js"),
     "scripts/image/entrypoint.ts",
-  ]);
+  ], REPO);
   await Deno.chmod(join(root, KPROXY_DIR, "scripts/launch.js"), 0o644);
   await installFile(
     join(REPO, "scripts/image/kproxy.sh"),
@@ -275,7 +266,7 @@ export async function buildImage(options: BuildOptions = {}): Promise<BuildResul
     if (options.rootfs !== undefined) {
       for (const [name, dir] of Object.entries(layers)) {
         await Deno.mkdir(join(options.rootfs, name), { recursive: true });
-        await run("cp", ["-a", `${dir}/.`, join(options.rootfs, name)]);
+        await runTool("cp", ["-a", `${dir}/.`, join(options.rootfs, name)]);
       }
       log(`layer trees written to ${options.rootfs}/{os,deno,kproxy}`);
       return { reference, packages };

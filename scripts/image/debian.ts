@@ -7,6 +7,8 @@
  * @module
  */
 
+import { runTool } from "./command.ts";
+
 /** One downloaded package. */
 export interface DebianPackage {
   name: string;
@@ -22,21 +24,6 @@ export interface PackageUri {
   file: string;
   size: number;
   sha256: string;
-}
-
-async function run(program: string, args: string[], cwd?: string): Promise<string> {
-  let output: Deno.CommandOutput;
-  try {
-    output = await new Deno.Command(program, { args, cwd, stdout: "piped", stderr: "piped" })
-      .output();
-  } catch (error) {
-    throw new Error(`Cannot run ${program}: ${error instanceof Error ? error.message : error}`);
-  }
-  if (!output.success) {
-    const stderr = new TextDecoder().decode(output.stderr).trim();
-    throw new Error(`Cannot run ${program} ${args.join(" ")}: ${stderr}`);
-  }
-  return new TextDecoder().decode(output.stdout);
 }
 
 /** Parses `apt-cache depends --recurse` output into the sorted names of real packages. */
@@ -83,7 +70,7 @@ export async function downloadClosure(
   cacheDir: string,
 ): Promise<DebianPackage[]> {
   const closure = parseDependsClosure(
-    await run("apt-cache", [
+    await runTool("apt-cache", [
       "depends",
       "--recurse",
       "--no-recommends",
@@ -95,7 +82,7 @@ export async function downloadClosure(
       ...roots,
     ]),
   );
-  const uris = parsePrintUris(await run("apt-get", ["download", "--print-uris", ...closure]));
+  const uris = parsePrintUris(await runTool("apt-get", ["download", "--print-uris", ...closure]));
   if (uris.length === 0) {
     throw new Error("Cannot find the image's Debian packages: run 'apt-get update' first");
   }
@@ -105,7 +92,7 @@ export async function downloadClosure(
     const current = await sha256File(`${cacheDir}/${uri.file}`).catch(() => "");
     if (current !== uri.sha256) missing.push(parseDebFileName(uri.file).name);
   }
-  if (missing.length > 0) await run("apt-get", ["download", ...missing], cacheDir);
+  if (missing.length > 0) await runTool("apt-get", ["download", ...missing], cacheDir);
   const packages: DebianPackage[] = [];
   for (const uri of uris) {
     const path = `${cacheDir}/${uri.file}`;
@@ -124,13 +111,13 @@ export async function downloadClosure(
 export async function unpackPackages(packages: readonly DebianPackage[], dir: string) {
   for (const pkg of packages) {
     await Deno.mkdir(`${dir}/${pkg.name}`, { recursive: true });
-    await run("dpkg-deb", ["-x", pkg.path, `${dir}/${pkg.name}`]);
+    await runTool("dpkg-deb", ["-x", pkg.path, `${dir}/${pkg.name}`]);
   }
 }
 
 /** The control fields of a package, as `dpkg-deb --field` prints them. */
 export function controlFields(pkg: DebianPackage): Promise<string> {
-  return run("dpkg-deb", [
+  return runTool("dpkg-deb", [
     "--field",
     pkg.path,
     "Package",

@@ -10,6 +10,7 @@
  */
 
 import { join } from "node:path";
+import { runTool } from "./command.ts";
 
 /** A blob reference in a manifest. */
 export interface Descriptor {
@@ -143,15 +144,6 @@ export async function imageDocuments(
   };
 }
 
-async function run(program: string, args: string[]): Promise<void> {
-  const output = await new Deno.Command(program, { args, stdout: "null", stderr: "piped" })
-    .output();
-  if (!output.success) {
-    const stderr = new TextDecoder().decode(output.stderr).trim();
-    throw new Error(`Cannot run ${program} ${args.join(" ")}: ${stderr}`);
-  }
-}
-
 /** GNU tar's arguments for a reproducible archive of `root`'s entries. */
 export function tarArgs(options: { root: string; output: string; epoch: number }): string[] {
   return [
@@ -172,7 +164,7 @@ export function tarArgs(options: { root: string; output: string; epoch: number }
 async function reproducibleTar(root: string, output: string, epoch: number): Promise<void> {
   const entries: string[] = [];
   for await (const entry of Deno.readDir(root)) entries.push(entry.name);
-  await run("tar", [...tarArgs({ root, output, epoch }), ...entries.sort()]);
+  await runTool("tar", [...tarArgs({ root, output, epoch }), ...entries.sort()]);
 }
 
 /** Options for {@linkcode writeImageArchive}. */
@@ -196,7 +188,7 @@ export async function writeImageArchive(options: ImageArchiveOptions): Promise<I
     const tar = join(options.workDir, `layer-${i}.tar`);
     await reproducibleTar(root, tar, options.identity.epoch);
     const diffId = await sha256Digest(await Deno.readFile(tar));
-    await run("gzip", ["-n", "-6", tar]);
+    await runTool("gzip", ["-n", "-6", tar]);
     const compressed = await Deno.readFile(`${tar}.gz`);
     const digest = await sha256Digest(compressed);
     await Deno.rename(`${tar}.gz`, join(layout, blobPath(digest)));
