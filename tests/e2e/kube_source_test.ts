@@ -2,13 +2,13 @@ import assert from "node:assert/strict";
 import { KubeSource, type KubeSourceOptions } from "../../lib/source/kube.ts";
 import type { SourceEvent } from "../../lib/source/source.ts";
 import { Tracker } from "../../lib/tracker.ts";
-import { issueCertificate, makeCertificateAuthority } from "../support/tls.ts";
 import {
   type ApiObject,
   FakeApiServer,
   type FakeApiServerOptions,
   writeKubeconfig,
 } from "./fake_apiserver.ts";
+import { testCertificates } from "../support/tls.ts";
 
 function service(name: string, extra: ApiObject = {}): ApiObject {
   return {
@@ -349,16 +349,6 @@ Deno.test("KubeSource constructor fails without any apiserver configured", () =>
     /Cannot configure the apiserver client/,
   );
 });
-
-/** A CA and a server certificate for 127.0.0.1 signed by it, or undefined without openssl. */
-async function testCertificates(): Promise<{ cert: string; key: string; ca: string } | undefined> {
-  try {
-    const ca = await makeCertificateAuthority("fake-ca");
-    return { ...await issueCertificate(ca), ca: ca.cert };
-  } catch {
-    return undefined;
-  }
-}
 
 const tls = await testCertificates();
 if (!tls) console.log("KubeSource TLS test skipped: openssl cannot make a certificate");

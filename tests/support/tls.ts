@@ -103,3 +103,15 @@ export async function opensslUnavailableReason(): Promise<string | undefined> {
     return `openssl cannot make a certificate: ${error instanceof Error ? error.message : error}`;
   }
 }
+
+/** A CA and a server certificate for 127.0.0.1 signed by it, or undefined without openssl. */
+export async function testCertificates(): Promise<
+  { cert: string; key: string; ca: string } | undefined
+> {
+  try {
+    const ca = await makeCertificateAuthority("fake-ca");
+    return { ...await issueCertificate(ca), ca: ca.cert };
+  } catch {
+    return undefined;
+  }
+}

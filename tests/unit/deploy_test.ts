@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { parseAllDocuments } from "yaml";
+import { IMAGE_REPOSITORY, IMAGE_SETTINGS, imageTag } from "../../scripts/image/build.ts";
 
 const DEPLOY = new URL("../../scripts/deploy/", import.meta.url);
 const SYSTEMD = new URL("../../scripts/systemd/", import.meta.url);
@@ -38,6 +39,16 @@ Deno.test("DaemonSet runs on the host network with only NET_ADMIN and NET_RAW", 
     "NET_RAW",
   ]);
   assert.equal(container.securityContext.privileged, false);
+});
+
+Deno.test("DaemonSet runs the image deno task image builds, with its entry point", async () => {
+  const ds = byKind(await readManifests(), "DaemonSet");
+  const [container] = ds.spec.template.spec.containers;
+  assert.equal(container.image, `${IMAGE_REPOSITORY}:${await imageTag()}`);
+  assert.equal(container.imagePullPolicy, "IfNotPresent");
+  assert.equal(container.command[0], IMAGE_SETTINGS.entrypoint[0]);
+  assert.equal(container.securityContext.readOnlyRootFilesystem, true);
+  assert.equal(container.securityContext.allowPrivilegeEscalation, false);
 });
 
 Deno.test("DaemonSet probes liveness on /livez and readiness on /healthz", async () => {
