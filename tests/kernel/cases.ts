@@ -121,6 +121,8 @@ export interface ServicePortOptions {
   externalLocal?: boolean;
   /** @default {"non-local"} */
   clusterIPMasquerade?: ClusterIPMasquerade;
+  /** @default {the serving ones of the internal and external endpoints} */
+  servingEndpoints?: PlanEndpoint[];
 }
 
 /** Builds one ServicePortPlan in namespace "kernel" with port name "". */
@@ -158,6 +160,9 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     },
     externalLocal: options.externalLocal ?? false,
     localReadyEndpoints: internal.filter((e) => e.isLocal && e.ready).length,
+    servingEndpoints: options.servingEndpoints ??
+      sorted([...new Map([...internal, ...external].map((e) => [sortKey(e), e])).values()])
+        .filter((e) => e.serving),
   };
 }
 
