@@ -10,7 +10,6 @@
 import { getLogger } from "@logtape/logtape";
 import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
-import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
@@ -131,7 +130,6 @@ class IptablesBackend implements Backend {
       parts.push(
         `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
       );
-      if (previous) await this.#flushStaleConntrack(previous, plan, request);
     }
     return { full, summary: parts.join("; ") };
   }
@@ -215,23 +213,6 @@ class IptablesBackend implements Backend {
       table,
     });
     await this.#restore(programs, script);
-  }
-
-  /**
-   * Deletes UDP conntrack entries the sync made stale. A full sync compares
-   * every service port; the first sync has nothing to compare with.
-   */
-  async #flushStaleConntrack(previous: Plan, next: Plan, request: SyncRequest): Promise<void> {
-    const changed = request.full
-      ? new Set([...previous.services, ...next.services].map((service) => service.id))
-      : request.changed;
-    const entries = staleUdpEntries(previous, next, changed);
-    if (entries.length === 0) return;
-    const { failed } = await flushStaleUdp(this.#executor, entries);
-    logger.debug("Flushed stale UDP conntrack entries: {count} sets, {failed} failed", {
-      count: entries.length,
-      failed,
-    });
   }
 
   async #resolveVariant(): Promise<IptablesVariant> {
