@@ -51,46 +51,46 @@ export function parseConntrackLine(line: string): ConntrackFlow | undefined {
   const protocol = PROTOCOL_NAMES[line.slice(0, space)];
   if (protocol === undefined) return undefined;
   // Original direction first (its src is the client), then the reply direction.
-  const origDst = valueAfter(line, " dst=", space);
-  const origPortDst = origDst && valueAfter(line, " dport=", origDst.end);
-  const replySrc = origPortDst && valueAfter(line, " src=", origPortDst.end);
-  const replyPortSrc = replySrc && valueAfter(line, " sport=", replySrc.end);
-  if (!replyPortSrc) return undefined;
-  const dport = port(origPortDst.value);
-  const sport = port(replyPortSrc.value);
-  if (dport === undefined || sport === undefined) return undefined;
+  const dst = valueStart(line, " dst=", space);
+  const dport = valueStart(line, " dport=", dst);
+  const src = valueStart(line, " src=", dport);
+  const sport = valueStart(line, " sport=", src);
+  if (sport < 0) return undefined;
+  const origPortDst = portAt(line, dport);
+  const replyPortSrc = portAt(line, sport);
+  if (origPortDst < 0 || replyPortSrc < 0) return undefined;
   return {
     protocol,
-    origDst: origDst.value,
-    origPortDst: dport,
-    replySrc: replySrc.value,
-    replyPortSrc: sport,
+    origDst: line.slice(dst, valueEnd(line, dst)),
+    origPortDst,
+    replySrc: line.slice(src, valueEnd(line, src)),
+    replyPortSrc,
   };
 }
 
-/** The text after `key` (found from `from` on) up to the next space. */
-function valueAfter(
-  line: string,
-  key: string,
-  from: number,
-): { value: string; end: number } | undefined {
+/** Where the value after `key` starts (searching from `from`), or -1. */
+function valueStart(line: string, key: string, from: number): number {
+  if (from < 0) return -1;
   const at = line.indexOf(key, from);
-  if (at < 0) return undefined;
-  const start = at + key.length;
-  const space = line.indexOf(" ", start);
-  const end = space < 0 ? line.length : space;
-  return end > start ? { value: line.slice(start, end), end } : undefined;
+  return at < 0 ? -1 : at + key.length;
 }
 
-function port(text: string): number | undefined {
-  if (text.length > 5) return undefined;
+function valueEnd(line: string, start: number): number {
+  const space = line.indexOf(" ", start);
+  return space < 0 ? line.length : space;
+}
+
+/** The port written at `start` (up to a space or the end), or -1. */
+function portAt(line: string, start: number): number {
   let value = 0;
-  for (let i = 0; i < text.length; i++) {
-    const digit = text.charCodeAt(i) - 48;
-    if (digit < 0 || digit > 9) return undefined;
-    value = value * 10 + digit;
+  let i = start;
+  for (; i < line.length && i - start <= 5; i++) {
+    const code = line.charCodeAt(i);
+    if (code === 32) break;
+    if (code < 48 || code > 57) return -1;
+    value = value * 10 + code - 48;
   }
-  return value <= 65535 ? value : undefined;
+  return i > start && i - start <= 5 && value <= 65535 ? value : -1;
 }
 
 function isConntrackProtocol(protocol: Protocol): protocol is ConntrackProtocol {
@@ -155,8 +155,8 @@ export class ServiceFrontends {
   /**
    * Whether `flow` is stale. A flow to a Service address and port is judged by
    * that Service only (even when the port is also another Service's node port);
-   * a flow whose reply source is not an IP address in canonical form is never
-   * stale (it could not be named in a delete).
+   * a flow whose addresses are not IP addresses in canonical form is never
+   * stale (it could not be named in a delete line).
    */
   isStale(flow: ConntrackFlow): boolean {
     const index = this.#index[flow.protocol];
@@ -166,7 +166,7 @@ export class ServiceFrontends {
       : atAddress ?? undefined;
     if (services === undefined) return false;
     if (services.some((service) => this.#serves(service, flow))) return false;
-    return normalizeIP(flow.replySrc)?.address === flow.replySrc;
+    return canonical(flow.replySrc) && canonical(flow.origDst);
   }
 
   #serves(service: ServicePortPlan, flow: ConntrackFlow): boolean {
@@ -183,6 +183,10 @@ export class ServiceFrontends {
   }
 }
 
+function canonical(ip: string): boolean {
+  return normalizeIP(ip)?.address === ip;
+}
+
 /**
  * The `conntrack -L` arguments that list one family's entries of one protocol.
  *
@@ -197,7 +201,8 @@ export function listArgs(family: IpFamily, protocol: ConntrackProtocol): string[
 /**
  * The `conntrack -R -` line that deletes the entries of `flow`'s frontend and
  * reply source (every client of that pair at once): one line per stale pair,
- * never per entry. Only called with flows whose addresses were validated.
+ * never per entry. Only for flows {@linkcode ServiceFrontends.isStale} found stale, whose
+ * addresses it checked.
  *
  * @param family The Plan's family.
  * @param flow A stale flow.

@@ -248,6 +248,11 @@ Deno.test("ServiceFrontends judges a flow to a Service address by that Service o
     false,
   );
   assert.equal(frontends.isStale(flow("UDP", ["10.0.0.1", NODE_PORT], ["10.244.0.53", 53])), true);
+  // Any address on a node port, but only an address: nothing else reaches a delete line.
+  assert.equal(
+    frontends.isStale(flow("UDP", ["10.0.0.1;x", NODE_PORT], ["10.244.0.53", 53])),
+    false,
+  );
 });
 
 Deno.test("ServiceFrontends joins the endpoints of Services that share an external IP", () => {
