@@ -22,6 +22,7 @@ import { loadIptablesBaseline } from "./baseline.ts";
 import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
+import { benchConntrack } from "./conntrack.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -33,7 +34,15 @@ import {
 import { NAMESPACE_PREFIX } from "./harness.ts";
 
 /** The sections a run can measure. */
-export const SECTIONS = ["fullsync", "change", "startup", "storm", "memory", "datapath"] as const;
+export const SECTIONS = [
+  "fullsync",
+  "change",
+  "startup",
+  "storm",
+  "memory",
+  "datapath",
+  "conntrack",
+] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
 
@@ -53,6 +62,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   }
   if (name.startsWith("event storm")) return has("storm") && measuredMode;
   if (name.startsWith("data path")) return has("datapath");
+  if (name.startsWith("conntrack reconcile")) return has("conntrack");
   return false;
 }
 
@@ -170,6 +180,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     process: [],
     storm: [],
     datapath: [],
+    conntrack: [],
     errors: [],
     notes: [...PROFILE_NOTES],
   };
@@ -258,6 +269,11 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.datapath = await benchDatapath({ services: tenK, rounds: 300 });
     });
   }
+  if (has("conntrack")) {
+    await section(results, "conntrack reconcile", async () => {
+      results.conntrack = await benchConntrack();
+    });
+  }
   return results;
 }
 
@@ -293,6 +309,7 @@ export function merge(
   }
   if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
   if (has("datapath")) merged.datapath = fresh.datapath;
+  if (has("conntrack")) merged.conntrack = fresh.conntrack;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,
