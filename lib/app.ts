@@ -19,7 +19,7 @@ import {
   parseCommandLine,
 } from "./config.ts";
 import type { Config } from "./config_types.ts";
-import { flushStaleUdp, staleUdpEntries } from "./conntrack.ts";
+import { ConntrackReconciler } from "./conntrack_reconciler.ts";
 import { systemClock } from "./clock.ts";
 import { DenoExecutor, type Executor } from "./exec.ts";
 import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
@@ -29,7 +29,7 @@ import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
 import { MODE_PROGRAMS } from "./permissions.ts";
 import type { NodePlans } from "./plan.ts";
 import { type PlannerOptions, planNode } from "./planner.ts";
-import { type AppliedSync, Proxier } from "./proxier.ts";
+import { Proxier } from "./proxier.ts";
 import { BoundedFrequencyRunner } from "./runner.ts";
 import type { Source } from "./source/source.ts";
 import { Tracker } from "./tracker.ts";
@@ -294,7 +294,9 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const tracker = new Tracker({ nodeName: config.hostnameOverride });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
-  const flushConntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack");
+  const conntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack")
+    ? new ConntrackReconciler({ executor, metrics })
+    : undefined;
   const proxier = new Proxier({
     backend,
     tracker,
@@ -307,7 +309,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     serviceHealth,
     history,
     afterSync: async (sync) => {
-      if (flushConntrack) await flushStaleConntrack(executor, sync);
+      await conntrack?.afterSync(sync);
       await leftovers?.afterSync(sync);
     },
   });
@@ -427,15 +429,6 @@ async function runDiff(config: Config, options: AppOptions): Promise<number> {
   const groups = await kernelDiff({ backend, executor, plans: [plans.ipv4, plans.ipv6] });
   io.stdout(formatServiceDiffs(groups));
   return groups.length === 0 ? 0 : 1;
-}
-
-/** Deletes the UDP conntrack entries a sync made stale (upstream does this after every sync). */
-async function flushStaleConntrack(executor: Executor, sync: AppliedSync): Promise<void> {
-  const entries = sync.plans.flatMap((plan, i) => {
-    const before = sync.previous[i];
-    return before ? staleUdpEntries(before, plan, sync.changed) : [];
-  });
-  if (entries.length > 0) await flushStaleUdp(executor, entries);
 }
 
 async function runDemo(commandLine: CommandLine, options: AppOptions): Promise<number> {

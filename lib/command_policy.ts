@@ -235,30 +235,35 @@ const ipvsadmRule: ProgramRule = (args) => {
   return refuse(`ipvsadm may only list, restore from stdin or set timeouts, not "${text}"`);
 };
 
-const CONNTRACK_OPTIONS = new Set([
-  "-D",
-  "--delete",
-  "-L",
-  "--dump",
-  "-p",
-  "--proto",
-  "-f",
-  "--family",
-  "-s",
-  "--orig-src",
-  "-d",
-  "--orig-dst",
-  "--orig-port-src",
-  "--orig-port-dst",
-  "--dst-nat",
-  "--src-nat",
-]);
+// conntrack ------------------------------------------------------------------
 
+/** A listing of one family and protocol (lib/conntrack.ts `listArgs`). */
+const CONNTRACK_LIST = /^-L -f ipv[46] -p (?:udp|sctp)$/;
+
+/** An address or port in a conntrack delete line: characters of an IP, digits of a port. */
+const CT_IP = "[0-9A-Fa-f.:]{2,45}";
+const CT_PORT = "\\d{1,5}";
+
+/** One stdin line of `conntrack -R -` (lib/conntrack.ts `deleteLine`), or the empty last one. */
+const CONNTRACK_DELETE = new RegExp(
+  `^(?:-D -f ipv[46] -p (?:udp|sctp) --orig-dst ${CT_IP} --orig-port-dst ${CT_PORT} ` +
+    `--reply-src ${CT_IP} --reply-port-src ${CT_PORT})?$`,
+);
+
+/** conntrack lists one family's UDP or SCTP entries, or deletes exact pairs read from stdin. */
 const conntrackRule: ProgramRule = (args) => {
-  const bad = args.find((arg) =>
-    (arg.startsWith("-") && !CONNTRACK_OPTIONS.has(arg)) || PATH_LIKE.test(arg)
-  );
-  return bad === undefined ? OK : refuse(`conntrack may not be given "${bad}"`);
+  const text = args.join(" ");
+  if (CONNTRACK_LIST.test(text)) return OK;
+  if (text === "-R -") {
+    return {
+      lines: true,
+      script: (line) =>
+        CONNTRACK_DELETE.test(line)
+          ? undefined
+          : `its script holds "${line.slice(0, 80)}", not a delete of one UDP or SCTP pair`,
+    };
+  }
+  return refuse(`conntrack may only list or delete UDP and SCTP entries, not "${text}"`);
 };
 
 /** A network sysctl: kproxy sets and reads nothing else. */

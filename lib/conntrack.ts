@@ -1,182 +1,246 @@
 /**
- * Stale UDP conntrack cleanup, shared by every Linux proxy mode.
+ * Which UDP and SCTP conntrack entries are stale, decided against the whole
+ * Plan as kube-proxy 1.36's conntrack reconciler does
+ * (`pkg/proxy/conntrack/cleanup.go`, `CleanStaleEntries`), never as a diff
+ * between two plans: a flow made stale while no proxy ran is found as well.
  *
- * UDP has no connection end: a conntrack entry made while a service pointed
- * at an endpoint (or while it rejected traffic) keeps steering packets after
- * the endpoint is gone, black-holing clients such as DNS resolvers. After a
- * successful sync, flush the entries the change made stale. The decision is
- * pure ({@linkcode staleUdpEntries}); {@linkcode flushStaleUdp} runs
- * `conntrack -D` through the Executor.
+ * A flow is stale when its original destination is a Service frontend — a
+ * cluster IP, external IP or load-balancer IP with the service port, or any
+ * address with the node port — and its reply does not come from one of that
+ * Service's serving endpoints (IP and port). Serving means what the
+ * EndpointSlice says, whatever traffic policies, topology or termination
+ * chose, so a change to a Service does not break flows in progress. A Service
+ * without a serving endpoint is left alone: its traffic is rejected anyway.
+ *
+ * Pure: `lib/conntrack_reconciler.ts` lists the entries and deletes them.
  *
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
-import { type Command, describeCommand, type Executor } from "./exec.ts";
-import type { IpFamily } from "./model.ts";
+import { normalizeIP } from "./ip.ts";
+import type { IpFamily, Protocol } from "./model.ts";
 import type { Plan, ServicePortPlan } from "./plan.ts";
 
-const logger = getLogger(["kproxy", "conntrack"]);
+/** The protocols whose stale flows are deleted: connectionless ones, which never end. */
+export type ConntrackProtocol = Extract<Protocol, "UDP" | "SCTP">;
 
-/**
- * One set of conntrack entries to delete (all UDP):
- * - `endpoint`: entries to `origDst` (a service address) or to node port
- *   `origPortDst` that were DNATed to the removed endpoint `dstNat`;
- * - `service`: entries to `origDst:origPortDst` (or any address on node port
- *   `origPortDst`) created while the service had no endpoints, or to a
- *   service address or node port that no longer exists (still sending to
- *   the old endpoints).
- */
-export type StaleUdpEntry =
-  | { kind: "endpoint"; family: IpFamily; origDst: string; dstNat: string }
-  | { kind: "endpoint"; family: IpFamily; origPortDst: number; dstNat: string }
-  | { kind: "service"; family: IpFamily; origDst: string; origPortDst: number }
-  | { kind: "service"; family: IpFamily; origPortDst: number };
-
-function ips(list: { ip: string }[]): Set<string> {
-  return new Set(list.map((e) => e.ip));
+/** One conntrack entry, as far as staleness needs it. */
+export interface ConntrackFlow {
+  protocol: ConntrackProtocol;
+  /** Where the client sent to (original direction). */
+  origDst: string;
+  origPortDst: number;
+  /** Who answers (reply direction): the DNAT target, or the original destination without NAT. */
+  replySrc: string;
+  replyPortSrc: number;
 }
 
-function staleFor(
-  family: IpFamily,
-  before: ServicePortPlan | undefined,
-  after: ServicePortPlan | undefined,
-  add: (entry: StaleUdpEntry) => void,
-): void {
-  if (before !== undefined && before.protocol === "UDP") {
-    const internalNow = ips(after?.protocol === "UDP" ? after.internal.endpoints : []);
-    const externalNow = ips(after?.protocol === "UDP" ? after.external.endpoints : []);
-    const externalAddresses = [...before.externalIPs, ...before.loadBalancerIPs];
-    for (const endpoint of ips(before.internal.endpoints)) {
-      if (internalNow.has(endpoint)) continue;
-      for (const ip of before.clusterIPs) {
-        add({ kind: "endpoint", family, origDst: ip, dstNat: endpoint });
-      }
-    }
-    for (const endpoint of ips(before.external.endpoints)) {
-      if (externalNow.has(endpoint)) continue;
-      for (const ip of externalAddresses) {
-        add({ kind: "endpoint", family, origDst: ip, dstNat: endpoint });
-      }
-      if (before.nodePort > 0) {
-        add({ kind: "endpoint", family, origPortDst: before.nodePort, dstNat: endpoint });
-      }
-    }
-  }
-  if (before !== undefined && before.protocol === "UDP") {
-    const stillUDP = after?.protocol === "UDP";
-    const nowVIPs = new Set(
-      stillUDP && after.port === before.port
-        ? [...after.clusterIPs, ...after.externalIPs, ...after.loadBalancerIPs]
-        : [],
-    );
-    for (const ip of [...before.clusterIPs, ...before.externalIPs, ...before.loadBalancerIPs]) {
-      if (!nowVIPs.has(ip)) add({ kind: "service", family, origDst: ip, origPortDst: before.port });
-    }
-    if (before.nodePort > 0 && !(stillUDP && after.nodePort === before.nodePort)) {
-      add({ kind: "service", family, origPortDst: before.nodePort });
-    }
-  }
-  if (after === undefined || after.protocol !== "UDP") return;
-  const hadInternal = before?.protocol === "UDP" && before.internal.endpoints.length > 0;
-  const hadExternal = before?.protocol === "UDP" && before.external.endpoints.length > 0;
-  if (!hadInternal && after.internal.endpoints.length > 0) {
-    for (const ip of after.clusterIPs) {
-      add({ kind: "service", family, origDst: ip, origPortDst: after.port });
-    }
-  }
-  if (!hadExternal && after.external.endpoints.length > 0) {
-    for (const ip of [...after.externalIPs, ...after.loadBalancerIPs]) {
-      add({ kind: "service", family, origDst: ip, origPortDst: after.port });
-    }
-    if (after.nodePort > 0) add({ kind: "service", family, origPortDst: after.nodePort });
-  }
-}
+const PROTOCOL_NAMES: Readonly<Record<string, ConntrackProtocol>> = { udp: "UDP", sctp: "SCTP" };
 
 /**
- * Works out which UDP conntrack entries a change made stale. Pure; cost
- * follows the number of changed ids (plus one pass to index them).
+ * Reads one line of `conntrack -L` (its default format, one entry per line:
+ * `udp 17 29 src=A dst=B sport=P dport=Q [UNREPLIED] src=C dst=D sport=R dport=S …`).
+ * Cheap, for 100k lines a reconcile: addresses are taken as printed (conntrack
+ * prints canonical text) and checked only once a flow is found stale.
  *
- * @param previous the plan the kernel held before the sync
- * @param next the plan just applied
- * @param changed ids of the service ports that may differ
- * @returns entries to delete, without duplicates
+ * @param line One output line, without its newline.
+ * @returns The flow, or undefined for another protocol or a line it cannot read.
  */
-export function staleUdpEntries(
-  previous: Plan,
-  next: Plan,
-  changed: ReadonlySet<string>,
-): StaleUdpEntry[] {
-  const index = (plan: Plan) => {
-    const found = new Map<string, ServicePortPlan>();
-    for (const service of plan.services) {
-      if (changed.has(service.id)) found.set(service.id, service);
-    }
-    return found;
+export function parseConntrackLine(line: string): ConntrackFlow | undefined {
+  const space = line.indexOf(" ");
+  const protocol = PROTOCOL_NAMES[line.slice(0, space)];
+  if (protocol === undefined) return undefined;
+  // Original direction first (its src is the client), then the reply direction.
+  const dst = valueStart(line, " dst=", space);
+  const dport = valueStart(line, " dport=", dst);
+  const src = valueStart(line, " src=", dport);
+  const sport = valueStart(line, " sport=", src);
+  if (sport < 0) return undefined;
+  const origPortDst = portAt(line, dport);
+  const replyPortSrc = portAt(line, sport);
+  if (origPortDst < 0 || replyPortSrc < 0) return undefined;
+  return {
+    protocol,
+    origDst: line.slice(dst, valueEnd(line, dst)),
+    origPortDst,
+    replySrc: line.slice(src, valueEnd(line, src)),
+    replyPortSrc,
   };
-  const before = index(previous);
-  const after = index(next);
-  const entries = new Map<string, StaleUdpEntry>();
-  const add = (entry: StaleUdpEntry) => entries.set(JSON.stringify(entry), entry);
-  for (const id of changed) staleFor(next.family, before.get(id), after.get(id), add);
-  return [...entries.values()];
 }
 
-/** The `conntrack` command that deletes one entry set. */
-export function conntrackCommand(entry: StaleUdpEntry): Command {
-  const args = ["-D", "-p", "udp"];
-  if (entry.family === "IPv6") args.push("-f", "ipv6");
-  if ("origDst" in entry) args.push("--orig-dst", entry.origDst);
-  if ("origPortDst" in entry) args.push("--orig-port-dst", String(entry.origPortDst));
-  if ("dstNat" in entry) args.push("--dst-nat", entry.dstNat);
-  return { program: "conntrack", args };
+/** Where the value after `key` starts (searching from `from`), or -1. */
+function valueStart(line: string, key: string, from: number): number {
+  if (from < 0) return -1;
+  const at = line.indexOf(key, from);
+  return at < 0 ? -1 : at + key.length;
 }
 
-/** Outcome of {@linkcode flushStaleUdp}. */
-export interface FlushResult {
-  /** Commands that ran successfully (including those that found nothing to delete). */
-  succeeded: number;
-  /** Commands that failed; they are logged and the rest still run. */
-  failed: number;
+function valueEnd(line: string, start: number): number {
+  const space = line.indexOf(" ", start);
+  return space < 0 ? line.length : space;
+}
+
+/** The port written at `start` (up to a space or the end), or -1. */
+function portAt(line: string, start: number): number {
+  let value = 0;
+  let i = start;
+  for (; i < line.length && i - start <= 5; i++) {
+    const code = line.charCodeAt(i);
+    if (code === 32) break;
+    if (code < 48 || code > 57) return -1;
+    value = value * 10 + code - 48;
+  }
+  return i > start && i - start <= 5 && value <= 65535 ? value : -1;
+}
+
+function isConntrackProtocol(protocol: Protocol): protocol is ConntrackProtocol {
+  return protocol === "UDP" || protocol === "SCTP";
+}
+
+/** Endpoint lists longer than this get a Set for lookups; shorter ones are scanned. */
+const SCAN_LIMIT = 16;
+
+/** One protocol's frontends: by address then port, and by node port. `null` marks the
+ * address frontend of a Service without serving endpoints (left alone). */
+interface ProtocolFrontends {
+  addresses: Map<string, Map<number, ServicePortPlan[] | null>>;
+  nodePorts: Map<number, ServicePortPlan[]>;
 }
 
 /**
- * Deletes stale UDP conntrack entries with `conntrack -D`, one command per
- * entry. Exit status 1 with "0 flow entries have been deleted" means nothing
- * matched and is not an error. Failures are logged, not thrown: a missed
- * flush must not fail the sync that already succeeded.
+ * The UDP and SCTP frontends of one Plan, each with the Services behind it:
+ * built once per reconcile, then asked about every listed flow (one Map miss
+ * on the address and one on the port for a flow that is not Service traffic).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const frontends = new ServiceFrontends(plan);
+ * const stale = frontends.isStale(parseConntrackLine(line)!);
+ * ```
  */
-export async function flushStaleUdp(
-  executor: Executor,
-  entries: StaleUdpEntry[],
-): Promise<FlushResult> {
-  let succeeded = 0;
-  let failed = 0;
-  for (const entry of entries) {
-    const command = conntrackCommand(entry);
-    try {
-      const result = await executor.run(command);
-      const nothing = result.code === 1 && /0 flow entries/.test(result.stderr + result.stdout);
-      if (result.code === 0 || nothing) {
-        succeeded++;
-        continue;
+export class ServiceFrontends {
+  /** Protocols with at least one frontend to check: only these need a listing. */
+  readonly protocols: ReadonlySet<ConntrackProtocol>;
+  readonly #index: Record<ConntrackProtocol, ProtocolFrontends> = {
+    UDP: { addresses: new Map(), nodePorts: new Map() },
+    SCTP: { addresses: new Map(), nodePorts: new Map() },
+  };
+  /** Serving `ip port` keys of Services with many endpoints, built on first use. */
+  readonly #servingSets = new Map<ServicePortPlan, Set<string>>();
+
+  constructor(plan: Plan) {
+    const protocols = new Set<ConntrackProtocol>();
+    for (const service of plan.services) {
+      if (!isConntrackProtocol(service.protocol)) continue;
+      const index = this.#index[service.protocol];
+      const served = service.servingEndpoints.length > 0;
+      if (served) protocols.add(service.protocol);
+      for (
+        const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]
+      ) {
+        let ports = index.addresses.get(ip);
+        if (ports === undefined) index.addresses.set(ip, ports = new Map());
+        const known = ports.get(service.port);
+        if (served) ports.set(service.port, [...known ?? [], service]);
+        else if (known === undefined) ports.set(service.port, null);
       }
-      failed++;
-      logger.warn(
-        "Cannot flush stale UDP conntrack entries with {command}: exit status {code}: {stderr}",
-        {
-          command: describeCommand(command),
-          code: result.code,
-          stderr: result.stderr.trim(),
-        },
-      );
-    } catch (error) {
-      failed++;
-      logger.warn("Cannot flush stale UDP conntrack entries with {command}: {error}", {
-        command: describeCommand(command),
-        error: error instanceof Error ? error.message : String(error),
-      });
+      if (served && service.nodePort > 0) {
+        const known = index.nodePorts.get(service.nodePort) ?? [];
+        index.nodePorts.set(service.nodePort, [...known, service]);
+      }
+    }
+    this.protocols = protocols;
+  }
+
+  /**
+   * Whether `flow` is stale. A flow to a Service address and port is judged by
+   * that Service only (even when the port is also another Service's node port);
+   * a flow whose addresses are not IP addresses in canonical form is never
+   * stale (it could not be named in a delete line).
+   */
+  isStale(flow: ConntrackFlow): boolean {
+    const index = this.#index[flow.protocol];
+    const atAddress = index.addresses.get(flow.origDst)?.get(flow.origPortDst);
+    const services = atAddress === undefined
+      ? index.nodePorts.get(flow.origPortDst)
+      : atAddress ?? undefined;
+    if (services === undefined) return false;
+    if (services.some((service) => this.#serves(service, flow))) return false;
+    return canonical(flow.replySrc) && canonical(flow.origDst);
+  }
+
+  #serves(service: ServicePortPlan, flow: ConntrackFlow): boolean {
+    const endpoints = service.servingEndpoints;
+    if (endpoints.length <= SCAN_LIMIT) {
+      return endpoints.some((e) => e.port === flow.replyPortSrc && e.ip === flow.replySrc);
+    }
+    let set = this.#servingSets.get(service);
+    if (set === undefined) {
+      set = new Set(endpoints.map((e) => `${e.ip} ${e.port}`));
+      this.#servingSets.set(service, set);
+    }
+    return set.has(`${flow.replySrc} ${flow.replyPortSrc}`);
+  }
+}
+
+function canonical(ip: string): boolean {
+  return normalizeIP(ip)?.address === ip;
+}
+
+/**
+ * The `conntrack -L` arguments that list one family's entries of one protocol.
+ *
+ * @param family The Plan's family.
+ * @param protocol UDP or SCTP.
+ * @returns `-L -f ipv4|ipv6 -p udp|sctp`
+ */
+export function listArgs(family: IpFamily, protocol: ConntrackProtocol): string[] {
+  return ["-L", "-f", familyName(family), "-p", protocol.toLowerCase()];
+}
+
+/**
+ * The `conntrack -R -` line that deletes the entries of `flow`'s frontend and
+ * reply source (every client of that pair at once): one line per stale pair,
+ * never per entry. Only for flows {@linkcode ServiceFrontends.isStale} found stale, whose
+ * addresses it checked.
+ *
+ * @param family The Plan's family.
+ * @param flow A stale flow.
+ * @returns The line, with its newline.
+ */
+export function deleteLine(family: IpFamily, flow: ConntrackFlow): string {
+  return `-D -f ${familyName(family)} -p ${flow.protocol.toLowerCase()} ` +
+    `--orig-dst ${flow.origDst} --orig-port-dst ${flow.origPortDst} ` +
+    `--reply-src ${flow.replySrc} --reply-port-src ${flow.replyPortSrc}\n`;
+}
+
+function familyName(family: IpFamily): "ipv4" | "ipv6" {
+  return family === "IPv6" ? "ipv6" : "ipv4";
+}
+
+/** What a sync changed, as the post-sync step sees it (lib/proxier.ts `AppliedSync`). */
+export interface SyncChange {
+  previous: Plan[];
+  plans: Plan[];
+  changed: ReadonlySet<string>;
+  full: boolean;
+}
+
+/**
+ * Whether a sync may have left a stale UDP or SCTP flow: the first sync after
+ * start (flows from before are unknown), a full sync, or a change to a UDP or
+ * SCTP service port. A sync that touched only TCP services cannot, so the
+ * listing (which costs the kernel a walk of the table) is skipped.
+ *
+ * @param sync The sync just applied.
+ * @returns true when the conntrack table should be reconciled.
+ */
+export function mayLeaveStaleFlows(sync: SyncChange): boolean {
+  if (sync.full || sync.previous.length === 0) return true;
+  for (const plan of [...sync.previous, ...sync.plans]) {
+    for (const service of plan.services) {
+      if (isConntrackProtocol(service.protocol) && sync.changed.has(service.id)) return true;
     }
   }
-  return { succeeded, failed };
+  return false;
 }

@@ -158,6 +158,8 @@ export interface CategorizedEndpoints {
   external: TrafficPlan;
   /** Ready endpoints on this node (health-check node port). */
   localReadyEndpoints: number;
+  /** Every serving endpoint, whatever policy and topology chose (conntrack keeps their flows). */
+  serving: PlanEndpoint[];
 }
 
 /**
@@ -176,9 +178,11 @@ export interface CategorizedEndpoints {
 export function categorizeEndpoints(input: CategorizeInput): CategorizedEndpoints {
   const ready: CandidateEndpoint[] = [];
   const servingTerminating: CandidateEndpoint[] = [];
+  const serving: PlanEndpoint[] = [];
   let localReadyEndpoints = 0;
   for (const candidate of input.endpoints) {
     const ep = candidate.endpoint;
+    if (ep.serving) serving.push(ep);
     if (ep.ready) {
       ready.push(candidate);
       if (ep.isLocal) localReadyEndpoints++;
@@ -191,7 +195,7 @@ export function categorizeEndpoints(input: CategorizeInput): CategorizedEndpoint
       ? "no endpoints: reject"
       : "no ready or serving endpoints: reject";
     const none: TrafficPlan = { endpoints: [], whenEmpty: "reject", reason };
-    return { internal: none, external: { ...none }, localReadyEndpoints: 0 };
+    return { internal: none, external: { ...none }, localReadyEndpoints: 0, serving };
   }
 
   const internalLocal = input.service.internalTrafficPolicy === "Local";
@@ -211,7 +215,7 @@ export function categorizeEndpoints(input: CategorizeInput): CategorizedEndpoint
   const external = input.externalLocal
     ? policyLocal("externalTrafficPolicy", localPlan())
     : clusterPlan();
-  return { internal, external, localReadyEndpoints };
+  return { internal, external, localReadyEndpoints, serving };
 }
 
 function clusterTraffic(

@@ -23,6 +23,11 @@ export interface Command {
   stdin?: string | Iterable<string>;
   /** Kill the program after this many milliseconds. @default {60000} */
   timeoutMs?: number;
+  /**
+   * Receives stdout one line at a time (without its newline) while the program
+   * runs, so a large listing is never held whole; the result's stdout is then "".
+   */
+  onStdoutLine?: (line: string) => void;
 }
 
 /** What a finished program reported. */
@@ -165,7 +170,9 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
   try {
     // Read the output while writing stdin: a program that answers as it
     // reads would otherwise block on a full pipe.
-    const finished = child.output();
+    const finished = command.onStdoutLine
+      ? outputByLines(child, command.onStdoutLine)
+      : child.output();
     finished.catch(() => {}); // awaited below; no unhandled rejection while stdin is written
     if (command.stdin !== undefined) {
       await writeAll(child.stdin, command.stdin);
@@ -187,6 +194,33 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Waits for `child`, handing its stdout to `onLine` line by line; stdout comes back empty. */
+async function outputByLines(
+  child: Deno.ChildProcess,
+  onLine: (line: string) => void,
+): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }> {
+  const stderr = new Response(child.stderr).arrayBuffer();
+  stderr.catch(() => {}); // awaited below
+  try {
+    let rest = "";
+    for await (const text of child.stdout.pipeThrough(new TextDecoderStream())) {
+      const lines = (rest + text).split("\n");
+      rest = lines.pop()!;
+      for (const line of lines) onLine(line);
+    }
+    if (rest !== "") onLine(rest);
+  } catch (error) {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Already exited.
+    }
+    throw error;
+  }
+  const [status, errors] = await Promise.all([child.status, stderr]);
+  return { code: status.code, stdout: new Uint8Array(), stderr: new Uint8Array(errors) };
 }
 
 /** UTF-16 code units encoded and written at a time: a large script is never copied whole. */
@@ -252,6 +286,7 @@ export type FakeReply = Partial<CommandResult> | Error;
 /**
  * An Executor for tests: records every command in `calls` and answers from a
  * queue of replies first, then from the handler, else with exit 0 and no output.
+ * A command with `onStdoutLine` gets the answer's stdout line by line.
  */
 export class FakeExecutor implements Executor {
   /** Every command run, in order (copies). */
@@ -286,8 +321,15 @@ export class FakeExecutor implements Executor {
     this.calls.push(recorded);
     const queued = this.#queue.shift();
     if (queued instanceof Error) throw queued;
-    if (queued !== undefined) return { code: 0, stdout: "", stderr: "", ...queued };
-    if (this.#handler) return await this.#handler(recorded);
-    return { code: 0, stdout: "", stderr: "" };
+    const result: CommandResult = queued !== undefined
+      ? { code: 0, stdout: "", stderr: "", ...queued }
+      : this.#handler
+      ? await this.#handler(recorded)
+      : { code: 0, stdout: "", stderr: "" };
+    if (command.onStdoutLine === undefined) return result;
+    const lines = result.stdout.split("\n");
+    if (lines.at(-1) === "") lines.pop();
+    for (const line of lines) command.onStdoutLine(line);
+    return { ...result, stdout: "" };
   }
 }

@@ -309,6 +309,8 @@ export class ProxyMetrics {
   readonly proxyLivezTotal: Counter;
   readonly syncFailuresTotal: Counter;
   readonly driftRepairsTotal: Counter;
+  readonly conntrackReconcilerSyncDuration: Histogram;
+  readonly conntrackReconcilerDeletedEntriesTotal: Counter;
 
   constructor(registry: Registry = new Registry()) {
     this.registry = registry;
@@ -384,6 +386,17 @@ export class ProxyMetrics {
       name: "kproxy_drift_repairs_total",
       help: "Full syncs triggered because the kernel no longer held the applied rules",
       labelNames: ["mode"],
+    });
+    this.conntrackReconcilerSyncDuration = registry.histogram({
+      name: "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+      help: "ReconcileConntrackFlowsLatency latency in seconds",
+      buckets: SYNC_DURATION_BUCKETS,
+      labelNames: ["ip_family"],
+    });
+    this.conntrackReconcilerDeletedEntriesTotal = registry.counter({
+      name: "kubeproxy_conntrack_reconciler_deleted_entries_total",
+      help: "Cumulative conntrack flows deleted by conntrack reconciler",
+      labelNames: ["ip_family"],
     });
   }
 }

@@ -115,7 +115,8 @@ export interface Node {
   addresses: string[];
   /** spec.podCIDRs. */
   podCIDRs: string[];
-  /** True once metadata.deletionTimestamp is set. */
+  /** True once metadata.deletionTimestamp is set or the cluster autoscaler has tainted the
+   * node `ToBeDeletedByClusterAutoscaler`: kube-proxy then reports `nodeEligible: false`. */
   deleting: boolean;
 }
 

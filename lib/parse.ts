@@ -621,6 +621,10 @@ function parseHints(item: Json, field: string): EndpointHints | undefined {
   };
 }
 
+/** The taint the cluster autoscaler puts on a node it is about to delete (kube-proxy's
+ * `ToBeDeletedTaint`): such a node fails /healthz, as one with a deletionTimestamp. */
+const TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler";
+
 /**
  * Parses a core/v1 Node, keeping only what the proxy needs.
  *
@@ -657,6 +661,10 @@ export function parseNode(raw: unknown): ParseResult<Node> {
       podField = "spec.podCIDR";
     }
     const deletion = metadata.deletionTimestamp;
+    const taints = arrayField(spec, "taints", "spec.taints").map((taint, i) => {
+      if (!isObject(taint)) fail(`spec.taints[${i}]`, taint, "is not an object");
+      return stringField(taint, "key", `spec.taints[${i}].key`);
+    });
     const node: Node = {
       name,
       labels,
@@ -666,7 +674,8 @@ export function parseNode(raw: unknown): ParseResult<Node> {
           checkCIDR(cidr, podField === "spec.podCIDR" ? podField : `${podField}[${i}]`).cidr
         ),
       ),
-      deleting: deletion !== undefined && deletion !== null && deletion !== "",
+      deleting: (deletion !== undefined && deletion !== null && deletion !== "") ||
+        taints.includes(TO_BE_DELETED_TAINT),
     };
     return node;
   });

@@ -92,6 +92,13 @@ export interface ServicePortPlan {
   externalLocal: boolean;
   /** Number of ready local endpoints, served on the health-check node port. */
   localReadyEndpoints: number;
+  /**
+   * Every serving endpoint of the port (ready, or serving while terminating), whatever the
+   * traffic policies and topology chose, sorted by `ip:port`. A UDP or SCTP flow whose reply
+   * comes from one of them keeps its conntrack entry; a flow to the port from anywhere else is
+   * stale (lib/conntrack.ts), as in kube-proxy's conntrack reconciler.
+   */
+  servingEndpoints: PlanEndpoint[];
 }
 
 /** Everything one IP family of the node needs, for one sync. */

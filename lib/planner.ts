@@ -318,6 +318,7 @@ function planService(
       external: categorized.external,
       externalLocal,
       localReadyEndpoints: categorized.localReadyEndpoints,
+      servingEndpoints: categorized.serving,
     });
   }
   return plans;

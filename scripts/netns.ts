@@ -2,8 +2,8 @@
  * Network-namespace topologies for kernel tests and the demo: an external
  * client, the node where kproxy runs, pods on the node, and an optional
  * remote node with pods of its own. Pods run a tiny echo server that answers
- * TCP and UDP with `<pod-name> <peer-ip>`, so a caller sees which backend
- * answered and which source address it saw.
+ * TCP and UDP with `<pod-name> <peer-ip> <port>`, so a caller sees which backend
+ * and port answered and which source address it saw.
  *
  * ```
  *  client ──veth── node ──veth── pod-a1, pod-a2, …   (10.244.1.10, .11, …)
@@ -130,7 +130,16 @@ export const ADDRESSES = Object.freeze({
 
 /** The result of one request made through {@linkcode Topology.requests}. */
 export type Reply =
-  | { ok: true; text: string; pod: string; peer: string; elapsedMs: number }
+  | {
+    ok: true;
+    /** `<pod> <peer-ip> <port>`, as the echo server answered. */
+    text: string;
+    pod: string;
+    peer: string;
+    /** The pod port that answered. */
+    port: number;
+    elapsedMs: number;
+  }
   | {
     ok: false;
     /** "refused": RST or ICMP reject; "timeout": dropped; "error": anything else. */
@@ -170,7 +179,7 @@ for port in ports:
         if kind == socket.SOCK_STREAM:
             s.listen(256)
         s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, kind)
+        sel.register(s, selectors.EVENT_READ, (kind, port))
 sel.register(0, selectors.EVENT_READ, "stdin")
 os.write(1, b"ready\\n")
 while time.monotonic() < deadline:
@@ -178,19 +187,19 @@ while time.monotonic() < deadline:
         if key.data == "stdin":
             if not os.read(0, 1024):
                 sys.exit(0)
-        elif key.data == socket.SOCK_STREAM:
+        elif key.data[0] == socket.SOCK_STREAM:
             try:
                 conn, address = key.fileobj.accept()
                 conn.setblocking(True)
                 conn.settimeout(1)
-                conn.sendall(("%s %s\\n" % (name, peer(address))).encode())
+                conn.sendall(("%s %s %d\\n" % (name, peer(address), key.data[1])).encode())
                 conn.close()
             except OSError:
                 pass
         else:
             try:
                 data, address = key.fileobj.recvfrom(2048)
-                key.fileobj.sendto(("%s %s\\n" % (name, peer(address))).encode(), address)
+                key.fileobj.sendto(("%s %s %d\\n" % (name, peer(address), key.data[1])).encode(), address)
             except OSError:
                 pass
 `;
@@ -343,8 +352,15 @@ export class Topology {
     >;
     return raw.map((reply): Reply => {
       if (reply.ok) {
-        const [pod = "", peer = ""] = (reply.text ?? "").split(" ");
-        return { ok: true, text: reply.text ?? "", pod, peer, elapsedMs: reply.elapsedMs };
+        const [pod = "", peer = "", port = ""] = (reply.text ?? "").split(" ");
+        return {
+          ok: true,
+          text: reply.text ?? "",
+          pod,
+          peer,
+          port: Number(port),
+          elapsedMs: reply.elapsedMs,
+        };
       }
       const error = reply.error === "refused" || reply.error === "timeout" ? reply.error : "error";
       return { ok: false, error, detail: reply.detail ?? "", elapsedMs: reply.elapsedMs };

@@ -16,7 +16,6 @@ import type {
   SyncResult,
 } from "../backend.ts";
 import type { Config } from "../../lib/config_types.ts";
-import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
 import { type Executor, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
@@ -140,7 +139,6 @@ class IptablesBackend implements Backend {
       parts.push(
         `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
       );
-      if (previous) await this.#flushStaleConntrack(previous, plan, request);
     }
     if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
     return { full, summary: parts.join("; ") };
@@ -216,23 +214,6 @@ class IptablesBackend implements Backend {
       owns: isIptablesModeChain,
       keep: options.keepChains,
       owner: "iptables mode",
-    });
-  }
-
-  /**
-   * Deletes UDP conntrack entries the sync made stale. A full sync compares
-   * every service port; the first sync has nothing to compare with.
-   */
-  async #flushStaleConntrack(previous: Plan, next: Plan, request: SyncRequest): Promise<void> {
-    const changed = request.full
-      ? new Set([...previous.services, ...next.services].map((service) => service.id))
-      : request.changed;
-    const entries = staleUdpEntries(previous, next, changed);
-    if (entries.length === 0) return;
-    const { failed } = await flushStaleUdp(this.#executor, entries);
-    logger.debug("Flushed stale UDP conntrack entries: {count} sets, {failed} failed", {
-      count: entries.length,
-      failed,
     });
   }
 

@@ -112,4 +112,23 @@ export const PROFILE_NOTES: readonly string[] = [
   "(already in the lock through client-node) parses it in 1–2 s. A `kubectl get -o yaml` " +
   "List is cut at its `items:` block and parsed entry by entry (542 → 306 MB). Next steps: " +
   "the tracker's per-object validation, and writing the plan (a 64 MB text).",
+  "**Conntrack reconcile (measured on its own, 2026-11-26 02:21 and 02:33, under a load of " +
+  "3–5 on the 2 cores; target ≤ 200 ms at 100k entries / 10k UDP Services: missed, 1.2–1.5 s).** " +
+  "Where it goes: the `conntrack -L -f ipv4 -p udp` process takes 0.75–1 s. conntrack-tools " +
+  "1.4.7 asks the kernel for the whole family and filters the protocol itself, so the kernel " +
+  "fills all 100k entries into netlink messages (a bare dump that prints nothing: ~0.5 s; " +
+  "~0.28 s when the kernel filters UDP itself with `CTA_FILTER`, which 1.4.7 never sends), and " +
+  "the tool then parses them and prints the 50k UDP lines. kproxy reads those lines as they " +
+  "come and checks each against the Plan (one Map miss for a flow that is not Service " +
+  "traffic): 0.1–0.3 s more. Deleting costs more than listing: `conntrack -R` runs each `-D` " +
+  "line as one more dump of the table filtered in user space (1.4.7 deletes nothing by " +
+  "tuple), so every stale (frontend, endpoint) pair adds 0.4–0.75 s (10 pairs: 5.5–8.7 s); one " +
+  "`conntrack -D` per entry would cost that per entry (1000 of them took 8 minutes here, " +
+  "while the entries expired). The first listing grows kproxy's RSS once by 20–45 MiB (V8 " +
+  "sizing its young generation for the streamed text), later ones by ~0; the JS heap returns " +
+  "to its size. Nothing runs after a sync that changed only TCP Services. Next step: a small " +
+  "netlink client (Go or C, a few hundred lines, run under the same argument policy as " +
+  "`conntrack` today) that asks for UDP only and deletes by tuple: about 0.3 s of kernel time " +
+  "at this size and no extra walk per stale pair. Deno itself can speak netlink only through " +
+  "FFI, which its permissions cannot confine.",
 ];

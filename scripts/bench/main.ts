@@ -26,6 +26,7 @@ import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests } from "./manifests.ts";
+import { benchConntrack } from "./conntrack.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -46,6 +47,7 @@ export const SECTIONS = [
   "datapath",
   "takeover",
   "manifests",
+  "conntrack",
 ] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
@@ -68,6 +70,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   if (name.startsWith("data path")) return has("datapath");
   if (name.startsWith("takeover")) return has("takeover");
   if (name.startsWith("manifests")) return has("manifests");
+  if (name.startsWith("conntrack reconcile")) return has("conntrack");
   return false;
 }
 
@@ -190,6 +193,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     storm: [],
     datapath: [],
     manifests: [],
+    conntrack: [],
     errors: [],
     notes: [...PROFILE_NOTES],
   };
@@ -292,6 +296,11 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       });
     });
   }
+  if (has("conntrack")) {
+    await section(results, "conntrack reconcile", async () => {
+      results.conntrack = await benchConntrack();
+    });
+  }
   return results;
 }
 
@@ -329,6 +338,7 @@ export function merge(
   if (has("datapath")) merged.datapath = fresh.datapath;
   if (has("takeover")) merged.takeover = fresh.takeover;
   if (has("manifests")) merged.manifests = fresh.manifests;
+  if (has("conntrack")) merged.conntrack = fresh.conntrack;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,

@@ -46,6 +46,7 @@ function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): S
     external: traffic,
     externalLocal: false,
     localReadyEndpoints: 0,
+    servingEndpoints: endpoints,
   };
 }
 

@@ -79,15 +79,17 @@ export interface ServiceSpec {
   type?: "ClusterIP" | "NodePort";
   nodePort?: number;
   externalIPs?: string[];
+  /** @default {"TCP"} */
+  protocol?: "TCP" | "UDP";
 }
 
-/** An IPv4 single-port TCP Service in namespace `default`. */
+/** An IPv4 single-port Service (TCP unless said) in namespace `default`. */
 export function serviceObject(spec: ServiceSpec): ApiObject {
   const port: ApiObject = {
     name: "http",
     port: spec.port ?? 80,
     targetPort: spec.targetPort ?? 8080,
-    protocol: "TCP",
+    protocol: spec.protocol ?? "TCP",
   };
   if (spec.nodePort !== undefined) port.nodePort = spec.nodePort;
   return {
@@ -105,11 +107,12 @@ export function serviceObject(spec: ServiceSpec): ApiObject {
   };
 }
 
-/** An IPv4 EndpointSlice of `service` with ready endpoints at `addresses`. */
+/** An IPv4 EndpointSlice of `service` (port "http", TCP unless said) with ready endpoints at
+ * `addresses`. */
 export function sliceObject(
   service: string,
   addresses: string[],
-  options: { name?: string; port?: number; nodeName?: string } = {},
+  options: { name?: string; port?: number; nodeName?: string; protocol?: "TCP" | "UDP" } = {},
 ): ApiObject {
   return {
     apiVersion: "discovery.k8s.io/v1",
@@ -120,7 +123,7 @@ export function sliceObject(
       labels: { "kubernetes.io/service-name": service },
     },
     addressType: "IPv4",
-    ports: [{ name: "http", port: options.port ?? 8080, protocol: "TCP" }],
+    ports: [{ name: "http", port: options.port ?? 8080, protocol: options.protocol ?? "TCP" }],
     endpoints: addresses.map((address) => ({
       addresses: [address],
       conditions: { ready: true, serving: true, terminating: false },

@@ -78,6 +78,8 @@ const TARGET_PORT = 8080;
 /** Options for {@linkcode endpointOf}. */
 export interface EndpointOptions {
   family?: IpFamily;
+  /** @default {8080} (the echo servers also listen on 9090) */
+  port?: number;
   ready?: boolean;
   serving?: boolean;
   terminating?: boolean;
@@ -88,7 +90,7 @@ export function endpointOf(pod: Pod, options: EndpointOptions = {}): PlanEndpoin
   const ready = options.ready ?? true;
   return {
     ip: options.family === "IPv6" ? pod.ipv6 : pod.ipv4,
-    port: TARGET_PORT,
+    port: options.port ?? TARGET_PORT,
     nodeName: pod.nodeName,
     zone: pod.isLocal ? "zone-a" : "zone-b",
     isLocal: pod.isLocal,
@@ -121,6 +123,8 @@ export interface ServicePortOptions {
   externalLocal?: boolean;
   /** @default {"non-local"} */
   clusterIPMasquerade?: ClusterIPMasquerade;
+  /** @default {the serving ones of the internal and external endpoints} */
+  servingEndpoints?: PlanEndpoint[];
 }
 
 /** Builds one ServicePortPlan in namespace "kernel" with port name "". */
@@ -158,6 +162,9 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     },
     externalLocal: options.externalLocal ?? false,
     localReadyEndpoints: internal.filter((e) => e.isLocal && e.ready).length,
+    servingEndpoints: options.servingEndpoints ??
+      sorted([...new Map([...internal, ...external].map((e) => [sortKey(e), e])).values()])
+        .filter((e) => e.serving),
   };
 }
 
@@ -334,6 +341,60 @@ function remote(topology: Topology, index: number): Pod {
 
 function names(pods: Pod[]): string[] {
   return pods.map((pod) => pod.name);
+}
+
+const UDP_FLOW_IP = "10.96.1.30";
+const UDP_FLOW_NODE_PORT = 30530;
+const UDP_FLOW_EXTERNAL_IP = "10.203.0.30";
+const UDP_FLOW_ID = servicePortId("kernel", "udp-flow", "", "UDP");
+
+/** The UDP Service the conntrack cases keep flows to: port 53 on a cluster IP, a node port and
+ * an external IP; endpoints `pods` (or `pod`) at `port`. */
+function udpFlowService(
+  t: Topology,
+  options: { pod?: Pod; pods?: Pod[]; port?: number; serving?: PlanEndpoint[] },
+): ServicePortPlan {
+  const pods = options.pods ?? [options.pod ?? local(t, 0)];
+  return servicePort({
+    name: "udp-flow",
+    protocol: "UDP",
+    port: 53,
+    clusterIP: UDP_FLOW_IP,
+    nodePort: UDP_FLOW_NODE_PORT,
+    externalIPs: [UDP_FLOW_EXTERNAL_IP],
+    endpoints: pods.map((pod) => endpointOf(pod, { port: options.port })),
+    servingEndpoints: options.serving,
+  });
+}
+
+/** A second UDP Service, on pod `index`, for changes that must not touch udp-flow's flows. */
+function udpOther(t: Topology, index: number): ServicePortPlan {
+  return servicePort({
+    name: "udp-other",
+    protocol: "UDP",
+    port: 53,
+    clusterIP: "10.96.1.31",
+    endpoints: [endpointOf(local(t, index))],
+  });
+}
+
+/** One request on each kept UDP flow: the client's fixed source port per frontend. */
+function udpFlows(options: { externalIP?: boolean } = {}): RequestSpec[] {
+  return [
+    udp(UDP_FLOW_IP, 53, { sourcePort: 40301 }),
+    udp(A.nodeV4, UDP_FLOW_NODE_PORT, { sourcePort: 40302 }),
+    ...(options.externalIP ? [udp(UDP_FLOW_EXTERNAL_IP, 53, { sourcePort: 40303 })] : []),
+  ];
+}
+
+/** Asserts every flow was answered by `pod` (on `port`, when given). */
+function assertFlowsReach(replies: Reply[], pod: Pod, port?: number): void {
+  replies.forEach((reply, i) => {
+    assert.ok(
+      reply.ok && reply.pod === pod.name && (port === undefined || reply.port === port),
+      `flow ${i + 1}: expected ${pod.name}${port ? `:${port}` : ""}, got ${JSON.stringify(reply)}`,
+    );
+  });
 }
 
 /** Every kernel traffic case, in the order they run. */
@@ -761,6 +822,83 @@ export const KERNEL_CASES: readonly KernelCase[] = [
         );
       },
     }],
+  },
+  {
+    name:
+      "UDP endpoint port changes on the same IP: a kept flow reaches the new port (ClusterIP, NodePort)",
+    plans: (t) => plans([udpFlowService(t, { port: 8080 })]),
+    async expect({ topology: t }) {
+      assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0), 8080);
+    },
+    steps: [{
+      name: "targetPort 8080 → 9090, same client source ports",
+      plans: (t) => plans([udpFlowService(t, { port: 9090 })]),
+      changed: [UDP_FLOW_ID],
+      async expect({ topology: t }) {
+        assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0), 9090);
+      },
+    }],
+  },
+  {
+    name:
+      "UDP endpoint goes away and another appears: kept flows move (ClusterIP, NodePort, external IP)",
+    plans: (t) => plans([udpFlowService(t, { pod: local(t, 0) })]),
+    async expect({ topology: t }) {
+      assertFlowsReach(await t.requests(t.client, udpFlows({ externalIP: true })), local(t, 0));
+    },
+    steps: [{
+      name: "pod-a1 gone, pod-a2 serving",
+      plans: (t) => plans([udpFlowService(t, { pod: local(t, 1) })]),
+      changed: [UDP_FLOW_ID],
+      async expect({ topology: t }) {
+        assertFlowsReach(await t.requests(t.client, udpFlows({ externalIP: true })), local(t, 1));
+      },
+    }],
+  },
+  {
+    name: "UDP flows to a Service whose serving endpoints stay keep their conntrack entries",
+    plans: (t) => plans([udpFlowService(t, { pod: local(t, 0) }), udpOther(t, 0)]),
+    async expect({ topology: t }) {
+      assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0));
+    },
+    steps: [
+      {
+        name: "another UDP Service changes",
+        plans: (t) => plans([udpFlowService(t, { pod: local(t, 0) }), udpOther(t, 1)]),
+        changed: [servicePortId("kernel", "udp-other", "", "UDP")],
+        async expect({ topology: t }) {
+          assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0));
+        },
+      },
+      {
+        name: "a full resync of the same rules",
+        plans: (t) => plans([udpFlowService(t, { pod: local(t, 0) }), udpOther(t, 1)]),
+        full: true,
+        async expect({ topology: t }) {
+          assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0));
+        },
+      },
+      {
+        name: "the flows' endpoint starts terminating (still serving), another is ready",
+        plans: (t) =>
+          plans([
+            udpFlowService(t, {
+              pod: local(t, 1),
+              serving: [
+                endpointOf(local(t, 0), { ready: false, serving: true, terminating: true }),
+                endpointOf(local(t, 1)),
+              ],
+            }),
+            udpOther(t, 1),
+          ]),
+        changed: [UDP_FLOW_ID],
+        async expect({ topology: t }) {
+          assertFlowsReach(await t.requests(t.client, udpFlows()), local(t, 0));
+          const fresh = await t.requests(t.client, repeat(3, udp(UDP_FLOW_IP, 53)));
+          assertAnsweredBy(fresh, names([local(t, 1)]));
+        },
+      },
+    ],
   },
   {
     name: "partial sync moves one service's traffic and leaves the others alone",

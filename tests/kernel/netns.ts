@@ -49,12 +49,16 @@ export async function ipvsUnavailableReason(): Promise<string | undefined> {
   }
 }
 
-/** A fresh topology with the kernel-test prefix `kp-k-<random4>-`: 3 local pods, 1 remote. */
+/**
+ * A fresh topology with the kernel-test prefix `kp-k-<random4>-`: 3 local pods, 1 remote,
+ * echo servers on 8080 and 9090 (a case may move an endpoint's port).
+ */
 export function createTestTopology(): Promise<Topology> {
   return Topology.create({
     prefix: `kp-k-${Topology.randomTag()}-`,
     localPods: 3,
     remotePods: 1,
+    ports: [8080, 9090],
     exitOnSigint: true,
   });
 }

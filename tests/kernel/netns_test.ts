@@ -45,15 +45,15 @@ Deno.test({
         { protocol: "TCP", ip: "10.205.0.99", port: 80, timeoutMs: 300 },
       ]);
       assert.deepEqual(replies.map((r) => r.ok ? r.text : r.error), [
-        `pod-a1 ${ADDRESSES.clientV4}`,
-        `pod-b1 ${ADDRESSES.clientV4}`,
-        `pod-a2 ${ADDRESSES.clientV6}`,
-        `pod-a1 ${ADDRESSES.clientV4Other}`,
+        `pod-a1 ${ADDRESSES.clientV4} 8080`,
+        `pod-b1 ${ADDRESSES.clientV4} 8080`,
+        `pod-a2 ${ADDRESSES.clientV6} 8080`,
+        `pod-a1 ${ADDRESSES.clientV4Other} 8080`,
         "refused",
         "timeout",
       ]);
       const fromPod = await topology.tcpRequest(a2!.ns, a1!.ipv4, 8080);
-      assert.ok(fromPod.ok && fromPod.text === `pod-a1 ${a2!.ipv4}`, JSON.stringify(fromPod));
+      assert.ok(fromPod.ok && fromPod.text === `pod-a1 ${a2!.ipv4} 8080`, JSON.stringify(fromPod));
       const fromNode = await topology.udpRequest(topology.node, b1!.ipv6, 8080);
       assert.ok(fromNode.ok && fromNode.pod === "pod-b1", JSON.stringify(fromNode));
       // Without proxy rules, crafted conntrack-invalid packets do reach a pod.

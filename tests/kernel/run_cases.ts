@@ -6,7 +6,7 @@
  */
 
 import type { Backend } from "../../backends/backend.ts";
-import { flushStaleUdp, staleUdpEntries } from "../../lib/conntrack.ts";
+import { ConntrackReconciler } from "../../lib/conntrack_reconciler.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { type CaseContext, KERNEL_CASES, type KernelCase, type KernelMode } from "./cases.ts";
 import { NetnsExecutor, type Topology } from "./netns.ts";
@@ -54,26 +54,22 @@ export async function runKernelCases(
 ): Promise<CasesSummary> {
   const { mode, topology, backend } = options;
   const node = new NetnsExecutor({ namespace: topology.node });
+  const conntrack = new ConntrackReconciler({ executor: node });
   let previous: Plan[] = [];
   const context: CaseContext = {
     topology,
     backend,
     mode,
     async sync(plans, syncOptions = {}) {
-      const changed = new Set(
-        syncOptions.changed ?? plans.flatMap((p) => p.services.map((s) => s.id)),
-      );
-      await backend.sync({
+      const sync = {
         plans,
         previous,
-        changed,
+        changed: new Set(syncOptions.changed ?? plans.flatMap((p) => p.services.map((s) => s.id))),
         full: syncOptions.full ?? syncOptions.changed === undefined,
-      });
-      // What the sync runner does after every successful sync.
-      for (const next of plans) {
-        const before = previous.find((plan) => plan.family === next.family);
-        if (before) await flushStaleUdp(node, staleUdpEntries(before, next, changed));
-      }
+      };
+      await backend.sync(sync);
+      // What kproxy does after every successful sync.
+      await conntrack.afterSync(sync);
       previous = plans;
     },
     async wipeRules() {

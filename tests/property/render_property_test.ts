@@ -99,6 +99,7 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
     external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
     externalLocal: false,
     localReadyEndpoints: 0,
+    servingEndpoints: [],
     ...overrides,
   };
 }

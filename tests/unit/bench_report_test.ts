@@ -141,6 +141,36 @@ Deno.test("renderMarkdown() shows a stopped baseline as a lower bound", () => {
   assert.match(markdown, /\| > 180.00 s \(stopped\) \| > 120.0× \|/);
 });
 
+Deno.test("renderMarkdown() shows the conntrack reconcile beside its listing floor", () => {
+  const row = {
+    scenario: "nothing stale",
+    entries: 100_000,
+    udpEntries: 50_000,
+    services: 10_000,
+    stalePairs: 0,
+    deleted: 0,
+    reconcileMs: 640,
+    repeatMs: 600,
+    listMs: 500,
+    netlinkAllMs: 300,
+    netlinkUdpMs: 150,
+    runs: 5,
+    rssBeforeMiB: 100,
+    rssPeakMiB: 130,
+    heapGrowthMiB: 0.1,
+  };
+  const markdown = renderMarkdown(results({ conntrack: [row] }));
+  assert.match(
+    markdown,
+    /\| conntrack reconcile, 100k entries, 10k UDP Services \| ≤ 200 ms \| 640 ms \| \*\*missed\*\* \|/,
+  );
+  assert.match(
+    markdown,
+    /\| nothing stale \| 100k \(50k\) \| 10k \| 0 \| 0 \| 640 ms \| 600 ms \| 500 ms \| 300 ms \/ 150 ms \| 100 → 130 MiB \| 0.1 MiB \|/,
+  );
+  assert.doesNotMatch(renderMarkdown(results()), /## Conntrack reconcile/);
+});
+
 Deno.test("renderTable() flags missed targets and failed sections", () => {
   const table = renderTable(results({
     nftables: [{ ...results().nftables[1]!, fullMs: 4800 }],

@@ -4,12 +4,20 @@ import { planOnce } from "../../lib/app.ts";
 import { ANY_ARGUMENTS, commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import type { ProxyMode } from "../../lib/config_types.ts";
-import { conntrackCommand, type StaleUdpEntry } from "../../lib/conntrack.ts";
+import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/conntrack.ts";
 import { kernelDiff } from "../../lib/diff.ts";
 import { type Command, DenoExecutor, FakeExecutor } from "../../lib/exec.ts";
 import { LINUX_PROGRAMS, MODE_PROGRAMS } from "../../lib/permissions.ts";
 
 const manifests = new URL("../../scripts/manifests", import.meta.url).pathname;
+
+const FLOW: ConntrackFlow = {
+  protocol: "UDP",
+  origDst: "10.96.0.10",
+  origPortDst: 53,
+  replySrc: "10.244.1.5",
+  replyPortSrc: 5353,
+};
 
 function refusal(command: Command): string | undefined {
   return commandRefusal(command, KPROXY_COMMAND_POLICY);
@@ -122,7 +130,40 @@ Deno.test("commandRefusal() refuses arguments and scripts that name a file or ru
       /net\.\* key/,
     ],
     ["sysctl value with a newline", { program: "sysctl", args: ["-w", "net.x=1\n2"] }, /net\.\*/],
-    ["conntrack unknown option", { program: "conntrack", args: ["-E", "-o", "xml"] }, /"-E"/],
+    [
+      "conntrack unknown option",
+      { program: "conntrack", args: ["-E", "-o", "xml"] },
+      /"-E -o xml"/,
+    ],
+    ["conntrack flush", { program: "conntrack", args: ["-F"] }, /not "-F"/],
+    ["conntrack load file", { program: "conntrack", args: ["-R", "/etc/x"] }, /not "-R \/etc\/x"/],
+    ["conntrack tcp listing", {
+      program: "conntrack",
+      args: listArgs("IPv4", "UDP").map((a) => a === "udp" ? "tcp" : a),
+    }, /not "-L -f ipv4 -p tcp"/],
+    [
+      "conntrack batch flush",
+      { program: "conntrack", args: ["-R", "-"], stdin: "-F\n" },
+      /script holds "-F"/,
+    ],
+    [
+      "conntrack batch delete by a looser filter",
+      {
+        program: "conntrack",
+        args: ["-R", "-"],
+        stdin: "-D -f ipv4 -p udp --orig-dst 10.96.0.10\n",
+      },
+      /not a delete of one UDP or SCTP pair/,
+    ],
+    [
+      "conntrack batch with a second command on a line",
+      {
+        program: "conntrack",
+        args: ["-R", "-"],
+        stdin: deleteLine("IPv4", FLOW).replace("\n", " -R /etc/x\n"),
+      },
+      /not a delete/,
+    ],
     ["powershell -File", { program: "pwsh", args: ["-File", "C:\\x.ps1"] }, /"-File"/],
     ["an unknown program", { program: "sh", args: ["-c", "id"] }, /no argument policy/],
   ];
@@ -192,14 +233,32 @@ Deno.test("every command of every Linux backend passes the policy", async (t) =>
       }
     });
   }
-  await t.step("conntrack deletions", () => {
-    const entries: StaleUdpEntry[] = [
-      { kind: "service", family: "IPv4", origDst: "10.96.0.10", origPortDst: 53 },
-      { kind: "service", family: "IPv6", origPortDst: 30053 },
-      { kind: "endpoint", family: "IPv6", origDst: "fd00::10", dstNat: "fd00:1::5" },
-      { kind: "endpoint", family: "IPv4", origPortDst: 30053, dstNat: "10.244.1.5" },
-    ];
-    for (const entry of entries) assert.equal(refusal(conntrackCommand(entry)), undefined);
+  await t.step("conntrack listings and deletes", () => {
+    for (const family of ["IPv4", "IPv6"] as const) {
+      for (const protocol of ["UDP", "SCTP"] as const) {
+        assert.equal(
+          refusal({ program: "conntrack", args: listArgs(family, protocol) }),
+          undefined,
+        );
+      }
+    }
+    const v6: ConntrackFlow = {
+      protocol: "SCTP",
+      origDst: "fd00:96::a",
+      origPortDst: 3868,
+      replySrc: "fd00:244:1::10",
+      replyPortSrc: 3868,
+    };
+    const stdin = [deleteLine("IPv4", FLOW), deleteLine("IPv6", v6)];
+    assert.equal(refusal({ program: "conntrack", args: ["-R", "-"], stdin }), undefined);
+    assert.equal(
+      refusal({
+        program: "ip",
+        args: ["netns", "exec", "kp-f-ct1a2b-node", "conntrack", "-R", "-"],
+        stdin,
+      }),
+      undefined,
+    );
   });
 });
 

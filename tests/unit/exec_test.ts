@@ -41,6 +41,39 @@ Deno.test("DenoExecutor.run() writes a stdin larger than one chunk whole, surrog
   assert.equal(result.stdout, stdin);
 });
 
+Deno.test("DenoExecutor.run() hands stdout to onStdoutLine line by line, never whole", async () => {
+  let count = 0;
+  let last = "";
+  let longest = 0;
+  const result = await shellExecutor.run({
+    program: "sh",
+    // 200k lines cross many pipe reads; the last has no newline; stderr is kept.
+    args: ["-c", "seq 1 200000; printf 'tail'; echo oops >&2; exit 1"],
+    onStdoutLine: (line) => {
+      count++;
+      last = line;
+      longest = Math.max(longest, line.length);
+    },
+  });
+  assert.deepEqual(result, { code: 1, stdout: "", stderr: "oops\n" });
+  assert.equal(count, 200_001);
+  assert.equal(last, "tail");
+  assert.equal(longest, 6);
+});
+
+Deno.test("DenoExecutor.run() kills the program when onStdoutLine throws", async () => {
+  await assert.rejects(
+    shellExecutor.run({
+      program: "sh",
+      args: ["-c", "yes"],
+      onStdoutLine: () => {
+        throw new Error("enough");
+      },
+    }),
+    /enough/,
+  );
+});
+
 Deno.test("DenoExecutor.run() returns a non-zero exit as a result with stderr", async () => {
   const result = await shellExecutor.run({
     program: "sh",
@@ -104,6 +137,14 @@ Deno.test("FakeExecutor records calls and answers from the queue, then the handl
   assert.equal((await fake.run({ program: "ip", args: [] })).stdout, "handled ip");
   assert.deepEqual(fake.calls.map((c) => c.program), ["nft", "nft", "ip"]);
   assert.equal(fake.calls[0]?.stdin, "x");
+});
+
+Deno.test("FakeExecutor hands a reply's stdout to onStdoutLine", async () => {
+  const lines: string[] = [];
+  const fake = new FakeExecutor().reply({ stdout: "a\n\nb\n" });
+  const result = await fake.run({ program: "x", args: [], onStdoutLine: (l) => lines.push(l) });
+  assert.deepEqual(lines, ["a", "", "b"]);
+  assert.equal(result.stdout, "");
 });
 
 Deno.test("FakeExecutor answers exit 0 with no output by default", async () => {

@@ -96,11 +96,34 @@ Deno.test("ProxyMetrics registers kube-proxy's metric names", () => {
     "kubeproxy_proxy_livez_total",
     "kproxy_sync_failures_total",
     "kproxy_drift_repairs_total",
+    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+    "kubeproxy_conntrack_reconciler_deleted_entries_total",
   ];
   for (const name of names) assert.match(text, new RegExp(`^# TYPE ${name} `, "m"), name);
   assert.match(
     text,
     /^kubeproxy_sync_proxy_rules_no_local_endpoints_total\{traffic_policy="internal"\} 0$/m,
+  );
+});
+
+Deno.test("ProxyMetrics has upstream's conntrack reconciler metrics, labelled ip_family", () => {
+  const metrics = new ProxyMetrics();
+  metrics.conntrackReconcilerSyncDuration.observe(0.003, { ip_family: "IPv4" });
+  metrics.conntrackReconcilerDeletedEntriesTotal.inc({ ip_family: "IPv6" }, 2);
+  const text = metrics.registry.expose();
+  assert.match(
+    text,
+    /^# TYPE kubeproxy_conntrack_reconciler_sync_duration_seconds histogram$/m,
+  );
+  assert.match(
+    text,
+    /^kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket\{ip_family="IPv4",le="0.004"\} 1$/m,
+  );
+  assert.deepEqual(metrics.conntrackReconcilerSyncDuration.buckets, SYNC_DURATION_BUCKETS);
+  assert.match(text, /^# TYPE kubeproxy_conntrack_reconciler_deleted_entries_total counter$/m);
+  assert.match(
+    text,
+    /^kubeproxy_conntrack_reconciler_deleted_entries_total\{ip_family="IPv6"\} 2$/m,
   );
 });
 

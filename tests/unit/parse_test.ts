@@ -778,6 +778,33 @@ Deno.test("parseNode() reads spec.podCIDR and deletionTimestamp", () => {
   assert.equal(parsed.deleting, true);
 });
 
+Deno.test("parseNode() counts a ToBeDeletedByClusterAutoscaler taint as deleting", async (t) => {
+  const tainted = (taints: unknown) =>
+    parseNode(node({ spec: { podCIDRs: ["10.244.1.0/24"], taints } }));
+  await t.step("the cluster autoscaler's taint, any effect", () => {
+    for (const effect of ["NoSchedule", "NoExecute", "PreferNoSchedule"]) {
+      const taints = [
+        { key: "node.kubernetes.io/unschedulable", effect: "NoSchedule" },
+        { key: "ToBeDeletedByClusterAutoscaler", value: "1735689600", effect },
+      ];
+      assert.equal(value(tainted(taints)).deleting, true, effect);
+    }
+  });
+  await t.step("other taints and no taints", () => {
+    assert.equal(value(tainted([{ key: "DeletionCandidateOfClusterAutoscaler" }])).deleting, false);
+    assert.equal(value(tainted([{ key: "tobedeletedbyclusterautoscaler" }])).deleting, false);
+    assert.equal(value(tainted([])).deleting, false);
+  });
+  await t.step("a malformed taint list", () => {
+    assert.equal(
+      error(tainted("ToBeDeletedByClusterAutoscaler")),
+      'spec.taints: "ToBeDeletedByClusterAutoscaler" is not a list',
+    );
+    assert.equal(error(tainted([{ key: 7 }])), "spec.taints[0].key: 7 is not a string");
+    assert.equal(error(tainted(["x"])), 'spec.taints[0]: "x" is not an object');
+  });
+});
+
 Deno.test("parseNode() rejects invalid fields", async (t) => {
   const cases: { raw: Json; error: string }[] = [
     {

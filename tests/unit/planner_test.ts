@@ -546,6 +546,36 @@ Deno.test("planNode() counts ready local endpoints for the health-check node por
   assert.match(sp.external.reason, /2 local endpoints$/);
 });
 
+Deno.test("planNode() lists every serving endpoint for conntrack, whatever policy chose", () => {
+  const sp = only(plan({
+    services: [service({
+      name: "dns",
+      ports: [port({ protocol: "UDP", port: 53, nodePort: 30053 })],
+      type: "NodePort",
+      internalTrafficPolicy: "Local",
+      externalTrafficPolicy: "Local",
+    })],
+    slices: [slice({
+      service: "dns",
+      ports: [{ name: "", protocol: "UDP", port: 5353 }],
+      endpoints: [
+        endpoint({ ip: "10.244.0.5", nodeName: THIS_NODE }),
+        terminating({ ip: "10.244.0.7", nodeName: THIS_NODE }),
+        endpoint({ ip: "10.244.0.8", nodeName: THIS_NODE, ready: false }),
+        endpoint({ ip: "10.244.1.5" }),
+        terminating({ ip: "10.244.1.9" }),
+      ],
+    })],
+  }));
+  assert.deepEqual(ips(sp.internal), ["10.244.0.5:5353"]);
+  assert.deepEqual(sp.servingEndpoints.map((e) => `${e.ip}:${e.port}`), [
+    "10.244.0.5:5353",
+    "10.244.0.7:5353",
+    "10.244.1.5:5353",
+    "10.244.1.9:5353",
+  ]);
+});
+
 // ---------------------------------------------------------------- endpoints from slices
 
 Deno.test("planNode() resolves a named targetPort per slice from the slice port", () => {

@@ -48,6 +48,7 @@ function servicePort(name: string, endpoints: PlanEndpoint[]): ServicePortPlan {
     external: traffic,
     externalLocal: false,
     localReadyEndpoints: 0,
+    servingEndpoints: endpoints,
   };
 }
 

@@ -53,6 +53,7 @@ export function servicePort(
     external: traffic(endpoints),
     externalLocal: false,
     localReadyEndpoints: 0,
+    servingEndpoints: endpoints,
     ...fields,
   };
 }

@@ -45,6 +45,7 @@ export function servicePort(overrides: Partial<ServicePortPlan> = {}): ServicePo
     external: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
     externalLocal: false,
     localReadyEndpoints: 1,
+    servingEndpoints: endpoints,
   };
   return { ...base, ...overrides };
 }

@@ -57,6 +57,7 @@ export function servicePort(
     external: { endpoints, whenEmpty: "reject", reason: "cluster" },
     externalLocal: false,
     localReadyEndpoints: 0,
+    servingEndpoints: endpoints,
     ...overrides,
   };
 }
