@@ -1,9 +1,10 @@
 /**
  * The nftables proxy mode: renders Plans with `render.ts` and applies every
- * family in ONE `nft -f -` call per sync. It keeps its own record of what the
- * kernel holds (the last applied plans) and never reads the tables back on a
- * sync; drift is checked on a one-element canary set, then on the skeleton
- * chains (`drift.ts`).
+ * family in ONE `nft -f -` call per sync, wrapped by `atomic.ts` so that an
+ * input cut short by a dying writer commits nothing. It keeps its own record
+ * of what the kernel holds (the last applied plans) and never reads the
+ * tables back on a sync; drift is checked on a one-element canary set, then
+ * on the skeleton chains (`drift.ts`).
  *
  * @module
  */
@@ -15,6 +16,7 @@ import { CommandError, describeCommand, type Executor, runChecked } from "../../
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { setSysctls } from "../../lib/sysctl.ts";
+import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
 import {
   CANARY_SET,
@@ -29,8 +31,9 @@ import {
   skeletonRuleCounts,
   tableRef,
 } from "./render.ts";
-import type { Transaction } from "./transaction.ts";
+import { Table, type TableRef, Transaction } from "./transaction.ts";
 
+export * from "./atomic.ts";
 export * from "./render.ts";
 export * from "./transaction.ts";
 
@@ -76,6 +79,9 @@ class NftablesBackend implements Backend {
   readonly #config: Config;
   readonly #families: ReadonlySet<IpFamily>;
   readonly #table: string;
+  readonly #guard: TableRef;
+  /** Whether the kernel was seen to refuse an armed guard (checked once per process). */
+  #guardChecked = false;
   /** What the kernel holds, per family: the last successfully applied plans. */
   #applied = new Map<IpFamily, Plan>();
   #needFull = true;
@@ -88,6 +94,7 @@ class NftablesBackend implements Backend {
     this.#config = options.config;
     this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
     this.#table = options.table ?? DEFAULT_TABLE;
+    this.#guard = guardTable(this.#table);
     this.#skeleton = new SkeletonCheck({
       executor: options.executor,
       budget: options.driftCheckBudget,
@@ -134,11 +141,8 @@ class NftablesBackend implements Backend {
     }
     try {
       if (transactions.some((tx) => !tx.empty)) {
-        const stdin = {
-          *[Symbol.iterator]() {
-            for (const tx of transactions) yield* tx.chunks();
-          },
-        };
+        if (full) await this.#prepareGuard();
+        const stdin = atomicInput(transactions, this.#guard);
         await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin });
       }
     } catch (cause) {
@@ -159,6 +163,31 @@ class NftablesBackend implements Backend {
       summary,
     });
     return { full, summary };
+  }
+
+  /**
+   * Sets up the load guard in a batch of its own (see `atomic.ts`), and the
+   * first time asks the kernel, without committing (`nft -c`), to refuse an
+   * armed guard: a kernel that accepts one would commit a cut-short input.
+   */
+  async #prepareGuard(): Promise<void> {
+    await runChecked(this.#executor, {
+      program: "nft",
+      args: ["-f", "-"],
+      stdin: renderGuard(this.#guard).toString(),
+    });
+    if (this.#guardChecked) return;
+    this.#guardChecked = true;
+    const probe = await this.#executor.run({
+      program: "nft",
+      args: ["-c", "-f", "-"],
+      stdin: renderArm(this.#guard).toString(),
+    });
+    if (probe.code === 0) {
+      logger.warn(
+        "The kernel accepted an armed nftables load guard: a sync cut short may leave a partial table",
+      );
+    }
   }
 
   async checkDrift(): Promise<boolean> {
@@ -214,12 +243,13 @@ class NftablesBackend implements Backend {
   }
 
   async cleanup(): Promise<void> {
-    for (const family of ["IPv4", "IPv6"] as const) {
-      const command = {
-        program: "nft",
-        args: ["-f", "-"],
-        stdin: renderDeleteTable(family, this.#table).toString(),
-      };
+    const tables = (["IPv4", "IPv6"] as const).map((family) =>
+      renderDeleteTable(family, this.#table)
+    );
+    const guard = new Transaction(this.#guard);
+    guard.delete(new Table());
+    for (const tx of [...tables, guard]) {
+      const command = { program: "nft", args: ["-f", "-"], stdin: tx.toString() };
       const result = await this.#executor.run(command);
       if (result.code !== 0 && !/No such file or directory/.test(result.stderr)) {
         throw new CommandError(

@@ -9,6 +9,7 @@ import {
 } from "../../lib/exec.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 const services = Array.from(
   { length: 20 },
@@ -25,6 +26,20 @@ const v6 = plan([
 
 function nftCalls(executor: FakeExecutor): RecordedCommand[] {
   return executor.calls.filter((c) => c.program === "nft");
+}
+
+/** The `nft -f -` inputs that edit kproxy's own tables (not only the load guard). */
+function tableLoads(executor: FakeExecutor): string[] {
+  return nftCalls(executor)
+    .filter((c) => c.args.join(" ") === "-f -" && /^\w+ \w+ ip6? kproxy /m.test(c.stdin ?? ""))
+    .map((c) => c.stdin!);
+}
+
+/** Answers `nft -c` (the load guard probe) as a kernel that refuses an armed guard. */
+function refusingProbe(command: RecordedCommand): CommandResult {
+  return command.args[0] === "-c"
+    ? { code: 1, stdout: "", stderr: "Error: Could not process rule: Operation not supported" }
+    : { code: 0, stdout: "", stderr: "" };
 }
 
 function withOneEndpointChanged(base: Plan, index: number): Plan {
@@ -46,8 +61,8 @@ function backend(executor: FakeExecutor, tcpBeLiberal = false) {
   return createNftablesBackend({ executor, config });
 }
 
-Deno.test("createNftablesBackend() full sync is one nft call with every family on stdin", async () => {
-  const executor = new FakeExecutor();
+Deno.test("createNftablesBackend() full sync is one guarded nft load with every family on stdin", async () => {
+  const executor = new FakeExecutor(refusingProbe);
   const result = await backend(executor).sync({
     plans: [v4, v6],
     previous: [],
@@ -56,14 +71,31 @@ Deno.test("createNftablesBackend() full sync is one nft call with every family o
   });
   assert.equal(result.full, true);
   const calls = nftCalls(executor);
-  assert.equal(calls.length, 1);
-  assert.deepEqual(calls[0]!.args, ["-f", "-"]);
-  const script = calls[0]!.stdin!;
-  assert.match(script, /^add table ip kproxy$/m);
-  assert.match(script, /^add table ip6 kproxy$/m);
-  assert.match(script, /^delete table ip6 kproxy$/m);
-  assert.ok(script.includes("172.30.2.19 . tcp . 80 : goto dnat-2-masq-nonlocal"));
+  assert.deepEqual(calls.map((c) => c.args.join(" ")), ["-f -", "-c -f -", "-f -"]);
+  assert.match(calls[0]!.stdin!, /^add table ip kproxy-guard \{ flags dormant ;/);
+  assert.equal(calls[1]!.stdin, "add rule ip kproxy-guard switch jump armed\n");
+  const [script, ...others] = tableLoads(executor);
+  assert.equal(others.length, 0);
+  assert.ok(script!.startsWith(calls[0]!.stdin! + calls[1]!.stdin!), "guard set-up, then the arm");
+  assert.ok(script!.endsWith("\nflush chain ip kproxy-guard switch\n"), "the disarm comes last");
+  assert.match(script!, /^add table ip kproxy$/m);
+  assert.match(script!, /^add table ip6 kproxy$/m);
+  assert.match(script!, /^delete table ip6 kproxy$/m);
+  assert.ok(script!.includes("172.30.2.19 . tcp . 80 : goto dnat-2-masq-nonlocal"));
   assert.equal(executor.calls.filter((c) => c.program === "sysctl").length, 0);
+});
+
+Deno.test("createNftablesBackend() probes the load guard once and warns when the kernel accepts it armed", async () => {
+  const executor = new FakeExecutor();
+  await withLogRecords(["kproxy", "nftables"], async (records) => {
+    const nft = backend(executor);
+    await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+    await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
+    const warnings = records.filter((r) => r.level === "warning");
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0]!.message.join(""), /accepted an armed nftables load guard/);
+  });
+  assert.equal(nftCalls(executor).filter((c) => c.args[0] === "-c").length, 1);
 });
 
 Deno.test("createNftablesBackend() partial sync after one endpoint change holds only that service", async () => {
@@ -78,9 +110,14 @@ Deno.test("createNftablesBackend() partial sync after one endpoint change holds 
     full: false,
   });
   assert.equal(result.full, false);
-  const script = nftCalls(executor)[1]!.stdin!;
-  assert.ok(!/^(add|delete) table/m.test(script));
-  assert.doesNotMatch(script, /^add (chain|rule) /m, "the preset dnat-1 chains are reused");
+  const script = tableLoads(executor)[1]!;
+  assert.ok(!/^(add|delete) table ip6? kproxy( |$)/m.test(script));
+  assert.doesNotMatch(
+    script,
+    /^add (chain|rule) ip kproxy /m,
+    "the preset dnat-1 chains are reused",
+  );
+  assert.ok(script.endsWith("\nflush chain ip kproxy-guard switch\n"), "guarded as well");
   assert.match(script, /172\.30\.2\.7 \. tcp \. 80 : goto dnat-1-masq-nonlocal/);
   assert.match(script, /172\.30\.2\.7 \. tcp \. 80 \. 0 : 10\.180\.9\.9 \. 8080/);
   assert.match(script, /tcp \. 30107 \. 0 : 10\.180\.9\.9 \. 8080/);
@@ -233,7 +270,7 @@ Deno.test("createNftablesBackend() checkDrift() catches an edited skeleton chain
   }
 });
 
-Deno.test("createNftablesBackend() cleanup() deletes both tables and ignores missing ones", async () => {
+Deno.test("createNftablesBackend() cleanup() deletes both tables and the guard, ignoring missing ones", async () => {
   const executor = new FakeExecutor();
   executor.reply({ code: 1, stderr: "Error: Could not process rule: No such file or directory" }, {
     code: 0,
@@ -242,6 +279,7 @@ Deno.test("createNftablesBackend() cleanup() deletes both tables and ignores mis
   assert.deepEqual(executor.calls.map((c) => c.stdin), [
     "delete table ip kproxy\n",
     "delete table ip6 kproxy\n",
+    "delete table ip kproxy-guard\n",
   ]);
   const failing = new FakeExecutor().reply({ code: 1, stderr: "Error: Operation not permitted" });
   await assert.rejects(backend(failing).cleanup(), CommandError);
