@@ -144,7 +144,7 @@ export function baseJumpArgs(jump: BaseJump): string[] {
 export function isOwnedChain(name: string): boolean {
   return (Object.values(Chains) as string[]).includes(name) &&
       name !== Chains.kubeletFirewall ||
-    /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/.test(name);
+    /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}(-2)?$/.test(name);
 }
 
 /**
