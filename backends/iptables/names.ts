@@ -94,6 +94,11 @@ export function alternateChainName(name: string): string {
   return `${name}-2`;
 }
 
+/** The upstream name of a per-service chain written under {@linkcode alternateChainName}; other names unchanged. */
+export function upstreamChainName(name: string): string {
+  return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}-2$/.test(name) ? name.slice(0, -2) : name;
+}
+
 /** True for the names of per-service and per-endpoint chains (the ones kproxy creates and deletes), in either spelling. */
 export function isServiceChainName(name: string): boolean {
   return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}(-2)?$/.test(name);
