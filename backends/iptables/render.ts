@@ -622,7 +622,7 @@ export interface SyncInputs {
    * nat table still decides every address as before.
    */
   commit: IptablesRestoreScript[];
-  /** Inputs that flush, then delete, chains nothing references any more. */
+  /** Inputs that delete chains nothing references any more. */
   cleanup: IptablesRestoreScript[];
   /** Upstream names of the per-service chains written under their alternate name. */
   alternates: Set<string>;
@@ -649,6 +649,12 @@ function widenFilter(
       if (!old.has(rule.join(" "))) script.appendRule("filter", chain, rule);
     }
   }
+}
+
+/** Where a per-service chain stands in the jumps between them: callers first. */
+function callerRank(chain: string): number {
+  const kind = /^KUBE-([A-Z]+)-/.exec(chain)?.[1];
+  return kind === "FW" ? 0 : kind === "EXT" ? 1 : kind === "SEP" ? 3 : 2;
 }
 
 function chunks<T>(items: readonly T[], size: number): T[][] {
@@ -718,13 +724,10 @@ export function renderFullSync(plan: Plan, options: FullSyncOptions): SyncInputs
   );
   const cleanup: IptablesRestoreScript[] = [];
   if (chunked) {
-    const groups = chunks(stale, options.maxChainsPerChunk);
-    for (const group of groups) {
-      const script = new IptablesRestoreScript(plan.family);
-      for (const chain of group) script.declareChain("nat", chain);
-      cleanup.push(script);
-    }
-    for (const group of groups) {
+    // Callers before callees (FW → EXT → SVC/SVL → SEP): an input flushes
+    // and deletes chains whose callers went in the same input or earlier.
+    const sorted = [...stale].sort((a, b) => callerRank(a) - callerRank(b));
+    for (const group of chunks(sorted, options.maxChainsPerChunk)) {
       const script = new IptablesRestoreScript(plan.family);
       for (const chain of group) script.deleteChain("nat", chain);
       cleanup.push(script);
