@@ -224,11 +224,29 @@ async function outputByLines(
 }
 
 /** UTF-16 code units encoded and written at a time: a large script is never copied whole. */
-const STDIN_CHUNK = 1 << 16;
+export const STDIN_CHUNK = 1 << 16;
 
 /** A command's stdin as one string, for records and messages. */
 function stdinText(stdin: string | Iterable<string>): string {
   return typeof stdin === "string" ? stdin : [...stdin].join("");
+}
+
+/**
+ * The pieces of a command's stdin in the order, and at the boundaries, at
+ * which {@linkcode spawnCommand} writes them: each given piece, cut every
+ * {@linkcode STDIN_CHUNK} code units (never inside a surrogate pair). A
+ * writer that dies stops at one of these boundaries or inside one piece.
+ */
+export function* stdinWrites(stdin: string | Iterable<string>): Generator<string> {
+  for (const text of typeof stdin === "string" ? [stdin] : stdin) {
+    for (let start = 0; start < text.length;) {
+      let end = Math.min(start + STDIN_CHUNK, text.length);
+      // Keep a surrogate pair in one write.
+      if (end < text.length && /[\uD800-\uDBFF]/.test(text[end - 1]!)) end++;
+      yield text.slice(start, end);
+      start = end;
+    }
+  }
 }
 
 async function writeAll(
@@ -238,15 +256,7 @@ async function writeAll(
   const writer = stream.getWriter();
   const encoder = new TextEncoder();
   try {
-    for (const text of typeof stdin === "string" ? [stdin] : stdin) {
-      for (let start = 0; start < text.length;) {
-        let end = Math.min(start + STDIN_CHUNK, text.length);
-        // Keep a surrogate pair in one chunk.
-        if (end < text.length && /[\uD800-\uDBFF]/.test(text[end - 1]!)) end++;
-        await writer.write(encoder.encode(text.slice(start, end)));
-        start = end;
-      }
-    }
+    for (const piece of stdinWrites(stdin)) await writer.write(encoder.encode(piece));
     await writer.close();
   } catch {
     // The program closed stdin early (it exited); its exit status tells why.

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { upstreamChainName } from "../backends/iptables/names.ts";
 import type { Plan } from "./plan.ts";
 
 /** A listing: each block (chain, set, map) with its normalised lines. */
@@ -81,12 +82,16 @@ export function parseNftListing(text: string, ignoreSets: readonly string[] = ["
   return listing;
 }
 
-/** Parses `iptables-save` output, keeping only chains named `KUBE-*`, per table. */
+/**
+ * Parses `iptables-save` output, keeping only chains named `KUBE-*`, per
+ * table. A per-service chain the iptables mode wrote under its alternate
+ * name (`<name>-2`) is listed, and jumped to, under its upstream name.
+ */
 export function parseIptablesSave(text: string): Listing {
   const listing: Listing = new Map();
   let table = "";
   for (const raw of text.split("\n")) {
-    const line = raw.trim();
+    const line = raw.trim().replace(/KUBE-[A-Z]+-[A-Z2-7]{16}-2\b/g, upstreamChainName);
     if (line.startsWith("*")) {
       table = line.slice(1);
       continue;

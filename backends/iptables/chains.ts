@@ -147,7 +147,8 @@ export function isOwnedChain(name: string): boolean {
     PER_SERVICE_CHAIN.test(name);
 }
 
-const PER_SERVICE_CHAIN = /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}$/;
+/** A per-service chain: kube-proxy's name, or the alternate (`-2`) a chunked full sync writes. */
+const PER_SERVICE_CHAIN = /^KUBE-(SVC|SVL|EXT|FW|SEP|XLB)-[A-Z2-7]{16}(-2)?$/;
 
 /** Decides whether a chain of a table belongs to a mode. */
 export type ChainOwnership = (table: string, chain: string) => boolean;

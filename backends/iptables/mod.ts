@@ -1,8 +1,12 @@
 /**
  * The iptables proxy mode: renders each family's Plan with `render.ts` and
- * applies it with one `iptables-restore --noflush` per family and sync. The
- * first sync, a sync after a failure and every `request.full` sync rewrite
- * everything kproxy owns; other syncs write only the chains that changed.
+ * applies it with `iptables-restore --noflush`: one input per family and
+ * sync, whose table blocks commit one by one in an order that keeps every
+ * service old or new (`SyncInputs`), plus, for a chunked full sync, inputs
+ * before it that fill chains no rule uses yet and inputs after it that
+ * delete the ones left behind. The first sync, a sync after a failure and
+ * every `request.full` sync rewrite everything kproxy owns; other syncs
+ * write only the chains that changed.
  *
  * @module
  */
@@ -38,12 +42,15 @@ import {
   type IptablesVariant,
 } from "./detect.ts";
 import {
+  inputText,
   type IptablesRenderOptions,
   isLargeCluster,
   parseSavedChains,
+  parseSavedTargets,
   renderFull,
-  renderFullInChunks,
-  renderPartial,
+  renderFullSync,
+  renderPartialSync,
+  type SyncInputs,
 } from "./render.ts";
 import type { IptablesRestoreScript } from "./script.ts";
 
@@ -66,7 +73,7 @@ export interface IptablesBackendOptions {
   families?: IpFamily[];
   /**
    * Per-service chains per iptables-nft-restore input on full syncs: its time
-   * is quadratic in the chains declared in one input (see `renderFullInChunks`).
+   * is quadratic in the chains declared in one input (see `renderFullSync`).
    * @default {2000}
    */
   nftChainsPerRestore?: number;
@@ -101,6 +108,8 @@ class IptablesBackend implements Backend {
   #variant?: IptablesVariant;
   /** Plans the kernel holds, per family; absent means the next sync must be full. */
   readonly #applied = new Map<IpFamily, Plan>();
+  /** Per family, upstream names of the per-service chains living under their alternate name. */
+  readonly #alternates = new Map<IpFamily, ReadonlySet<string>>();
   #routeLocalnetSet = false;
   /** Whether the other variant still has to be rid of this mode's chains (kube-proxy's or kproxy's). */
   #otherVariantPending = true;
@@ -210,6 +219,7 @@ class IptablesBackend implements Backend {
 
   async cleanup(options: CleanupOptions = {}): Promise<void> {
     this.#applied.clear();
+    this.#alternates.clear();
     await removeChains(this.#executor, {
       owns: isIptablesModeChain,
       keep: options.keepChains,
@@ -236,21 +246,36 @@ class IptablesBackend implements Backend {
     const filter = await this.#save(programs, "filter");
     const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
     const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
-    const scripts = renderFullInChunks(plan, {
+    const sync = renderFullSync(plan, {
       ...this.#renderOptions,
-      existingChains: nat === undefined ? [] : parseSavedChains(nat),
+      kernel: {
+        nat: parseSavedChains(nat ?? ""),
+        natTargets: parseSavedTargets(nat ?? ""),
+        filter: parseSavedChains(filter ?? ""),
+      },
       insertJumps: missingJumps({ nat, filter }, known),
       maxChainsPerChunk: this.#variant === "nft" ? this.#nftChainsPerRestore : Infinity,
     });
-    let rules = 0;
-    for (const script of scripts) {
-      await this.#restore(programs, script);
-      rules += script.ruleCount;
-    }
+    const applied = await this.#apply(programs, sync);
+    this.#alternates.set(plan.family, sync.alternates);
     for (const jump of jumps) {
       if (!known.includes(jump)) await this.#ensureJump(programs, jump);
     }
-    return { rules, scripts: scripts.length };
+    return applied;
+  }
+
+  /** Runs a sync's inputs in order: staging, the switching input, cleanup. */
+  async #apply(programs: IptablesPrograms, sync: SyncInputs): Promise<Applied> {
+    const inputs = [
+      ...sync.staging.map((script) => [script]),
+      sync.commit,
+      ...sync.cleanup.map((
+        script,
+      ) => [script]),
+    ].filter((blocks) => blocks.length > 0);
+    for (const blocks of inputs) await this.#restore(programs, blocks);
+    const rules = [...sync.staging, ...sync.commit].reduce((sum, s) => sum + s.ruleCount, 0);
+    return { rules, scripts: inputs.length };
   }
 
   /**
@@ -262,16 +287,20 @@ class IptablesBackend implements Backend {
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
   ): Promise<Applied | undefined> {
-    const script = renderPartial(change, this.#renderOptions);
-    const chains = script.chainNames("nat").length;
+    const sync = renderPartialSync(change, {
+      ...this.#renderOptions,
+      alternates: this.#alternates.get(change.next.family),
+    });
+    const chains = sync.commit.reduce((sum, script) => sum + script.chainNames("nat").length, 0);
     if (this.#variant === "nft" && chains > this.#nftChainsPerRestore) {
       logger.debug("Partial sync declares {chains} chains: syncing fully in chunks instead", {
         chains,
       });
       return undefined;
     }
-    if (!script.isEmpty) await this.#restore(programs, script);
-    return { rules: script.ruleCount, scripts: script.isEmpty ? 0 : 1 };
+    const applied = await this.#apply(programs, sync);
+    this.#alternates.set(change.next.family, sync.alternates);
+    return applied;
   }
 
   async #save(programs: IptablesPrograms, table: IptablesTable): Promise<string | undefined> {
@@ -285,12 +314,17 @@ class IptablesBackend implements Backend {
     return undefined;
   }
 
-  async #restore(programs: IptablesPrograms, script: IptablesRestoreScript): Promise<void> {
-    if (script.error) throw script.error;
+  /** Runs one iptables-restore input made of `blocks`; a block with a pending error runs nothing. */
+  async #restore(
+    programs: IptablesPrograms,
+    blocks: readonly IptablesRestoreScript[],
+  ): Promise<void> {
+    const error = blocks.find((script) => script.error)?.error;
+    if (error) throw error;
     await runChecked(this.#executor, {
       program: programs.restore,
       args: RESTORE_ARGS,
-      stdin: script.toString(),
+      stdin: inputText(blocks),
       timeoutMs: RESTORE_TIMEOUT_MS,
     });
   }

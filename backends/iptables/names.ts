@@ -85,7 +85,22 @@ export function endpointChainName(
   return `KUBE-SEP-${hash16(text)}`;
 }
 
-/** True for the names of per-service and per-endpoint chains (the ones kproxy creates and deletes). */
+/**
+ * The name a per-service chain is written under while its upstream name is
+ * in use: a chunked full sync fills new chains beside the live ones and
+ * switches to them in one commit (`render.ts`). Upstream's cleanup removes
+ * both spellings: it matches the `KUBE-SVC-` etc. prefixes.
+ */
+export function alternateChainName(name: string): string {
+  return `${name}-2`;
+}
+
+/** The upstream name of a per-service chain written under {@linkcode alternateChainName}; other names unchanged. */
+export function upstreamChainName(name: string): string {
+  return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}-2$/.test(name) ? name.slice(0, -2) : name;
+}
+
+/** True for the names of per-service and per-endpoint chains (the ones kproxy creates and deletes), in either spelling. */
 export function isServiceChainName(name: string): boolean {
-  return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}$/.test(name);
+  return /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}(-2)?$/.test(name);
 }

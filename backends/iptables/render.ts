@@ -12,7 +12,12 @@ import type { LocalTrafficDetector, Plan, PlanEndpoint, ServicePortPlan } from "
 import { cidrContains } from "../../lib/ip.ts";
 import { type BaseJump, baseJumpArgs, Chains, type IptablesTable, isOwnedChain } from "./chains.ts";
 import { type ServiceLayout, serviceLayout } from "./layout.ts";
-import { endpointChainName, endpointString } from "./names.ts";
+import {
+  alternateChainName,
+  endpointChainName,
+  endpointString,
+  isServiceChainName,
+} from "./names.ts";
 import { IptablesRestoreScript } from "./script.ts";
 
 /** Rendering settings that come from the configuration, not the Plan. */
@@ -524,9 +529,11 @@ function writeChains(
 }
 
 /**
- * Renders the complete ruleset of a plan: every chain kproxy owns is declared
- * (so flushed) and refilled, and per-service chains listed in
- * `existingChains` that the plan no longer uses are deleted.
+ * Renders the complete ruleset of a plan in one script: every chain kproxy
+ * owns is declared (so flushed) and refilled, and per-service chains listed
+ * in `existingChains` that the plan no longer uses are deleted. What a
+ * scratch load (`kproxy diff`) and the golden files use; a sync applies
+ * {@linkcode renderFullSync}.
  *
  * @example Usage
  * ```ts ignore
@@ -535,70 +542,201 @@ function writeChains(
  * ```
  */
 export function renderFull(plan: Plan, options: RenderFullOptions = {}): IptablesRestoreScript {
-  return renderFullInChunks(plan, { ...options, maxChainsPerChunk: Infinity })[0]!;
+  const script = new IptablesRestoreScript(plan.family);
+  const top = renderTopLevelChains(plan, options);
+  const services = serviceChainGroups(plan);
+  script.declareChain("mangle", Chains.canary);
+  writeChains(script, "filter", top.filter);
+  writeChains(script, "nat", new Map([...top.nat, ...services.flatMap((chains) => [...chains])]));
+  for (const jump of options.insertJumps ?? []) {
+    script.insertRule(jump.table, jump.from, baseJumpArgs(jump));
+  }
+  const used = new Set([...top.nat.keys(), ...services.flatMap((chains) => [...chains.keys()])]);
+  for (const chain of options.existingChains ?? []) {
+    if (!used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)) {
+      script.deleteChain("nat", chain);
+    }
+  }
+  return script;
 }
 
-/** Options of {@linkcode renderFullInChunks}. */
-export interface RenderChunksOptions extends RenderFullOptions {
-  /** Per-service chains per script before a new one is started; a service is never split. */
+/** The per-service chains of every service port of `plan`, one map per service port. */
+function serviceChainGroups(plan: Plan): ChainRules[] {
+  const largeCluster = isLargeCluster(plan);
+  return plan.services.map((service) => renderServiceChains(service, plan, largeCluster));
+}
+
+/**
+ * The same chains with per-service chains renamed by `name` (upstream name
+ * to the name written), as declared and as jump targets.
+ */
+function renamed(chains: ChainRules, name: (chain: string) => string): ChainRules {
+  const out: ChainRules = new Map();
+  for (const [chain, rules] of chains) {
+    out.set(
+      name(chain),
+      rules.map((rule) => rule.map((arg, i) => (rule[i - 1] === "-j" ? name(arg) : arg))),
+    );
+  }
+  return out;
+}
+
+/** What a full sync found in the kernel, from `iptables-save` of nat and filter. */
+export interface KernelChains {
+  /** The chains of the nat table. */
+  nat: readonly string[];
+  /** The chains some nat rule jumps to: a per-service chain among them is in use. */
+  natTargets: ReadonlySet<string>;
+  /** The chains of the filter table. */
+  filter: readonly string[];
+}
+
+/** Options of {@linkcode renderFullSync}. */
+export interface FullSyncOptions extends IptablesRenderOptions {
+  kernel: KernelChains;
+  /** Jumps from built-in chains to insert (those not yet in the kernel). */
+  insertJumps?: readonly BaseJump[];
+  /**
+   * Per-service chains per staging input, each service port whole in one;
+   * `Infinity` writes them all in the switching nat commit.
+   */
   maxChainsPerChunk: number;
 }
 
 /**
- * Renders the complete ruleset as several scripts, applied in order: first the
- * per-service chains, a bounded number per script, each service whole in one
- * script; the last script holds the top-level chains of both tables, the
- * canary and the deletions, so it switches traffic to the new chains at once.
- * iptables-nft-restore with `--noflush` takes time quadratic in the chains
- * declared in one input (measured: 2k services x 10 endpoints, 68 s in one
- * script); bounded scripts keep it linear.
+ * The restore inputs of one sync, in the order they run. iptables-restore
+ * commits each `*table … COMMIT` block of an input atomically, one after
+ * the other, in both the legacy and the nft variant; no input is ever
+ * atomic across tables. So a sync is a sequence of table commits, arranged
+ * so that a writer that stops anywhere leaves every service address
+ * behaving as before the sync or as after it.
  */
-export function renderFullInChunks(
-  plan: Plan,
-  options: RenderChunksOptions,
-): IptablesRestoreScript[] {
-  const scripts: IptablesRestoreScript[] = [];
-  const top = renderTopLevelChains(plan, options);
-  const used = new Set<string>(top.nat.keys());
+export interface SyncInputs {
+  /** Inputs that only create chains nothing references yet. */
+  staging: IptablesRestoreScript[];
+  /**
+   * The switching input, as blocks: the filter table widened (rules added,
+   * none removed), nat (the switch), then filter narrowed to the new rules
+   * and mangle's canary. The filter table holds only REJECT, DROP and
+   * ACCEPT rules for un-DNATed destinations, so while it is widened the old
+   * nat table still decides every address as before.
+   */
+  commit: IptablesRestoreScript[];
+  /** Inputs that delete chains nothing references any more. */
+  cleanup: IptablesRestoreScript[];
+  /** Upstream names of the per-service chains written under their alternate name. */
+  alternates: Set<string>;
+}
+
+/** The blocks of an input as its text. */
+export function inputText(blocks: readonly IptablesRestoreScript[]): string {
+  return blocks.map(String).join("");
+}
+
+function widenFilter(
+  script: IptablesRestoreScript,
+  previous: ChainRules | undefined,
+  next: ChainRules,
+  kernel: ReadonlySet<string>,
+): void {
+  for (const [chain, rules] of next) {
+    const before = previous?.get(chain);
+    if (previous !== undefined && sameRules(before, rules)) continue;
+    if (kernel.has(chain)) script.keepChain("filter", chain);
+    else script.declareChain("filter", chain);
+    const old = new Set((before ?? []).map((rule) => rule.join(" ")));
+    for (const rule of rules) {
+      if (!old.has(rule.join(" "))) script.appendRule("filter", chain, rule);
+    }
+  }
+}
+
+/** Where a per-service chain stands in the jumps between them: callers first. */
+function callerRank(chain: string): number {
+  const kind = /^KUBE-([A-Z]+)-/.exec(chain)?.[1];
+  return kind === "FW" ? 0 : kind === "EXT" ? 1 : kind === "SEP" ? 3 : 2;
+}
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/**
+ * Renders a full sync. With `maxChainsPerChunk` finite (iptables-nft-restore
+ * is quadratic in the chains one input declares: 2k services × 10 endpoints
+ * took 68 s in one input), the per-service chains are first written in
+ * bounded staging inputs under names no rule uses yet (the upstream name, or
+ * its alternate while the upstream one is in use), the commit switches the
+ * top-level chains to them, and the chains left behind are deleted after.
+ * A live chain is never rewritten before the switch.
+ */
+export function renderFullSync(plan: Plan, options: FullSyncOptions): SyncInputs {
+  const { kernel } = options;
   const chunked = options.maxChainsPerChunk !== Infinity;
-  // Service chains jump to KUBE-MARK-MASQ: it must exist before the first chunk.
-  const markMasq = top.nat.get(Chains.markMasq) ?? [];
-  let chunk: ChainRules = chunked ? new Map([[Chains.markMasq, markMasq]]) : new Map();
-  const flush = () => {
-    if (chunk.size === 0) return;
-    const script = new IptablesRestoreScript(plan.family);
-    writeChains(script, "nat", chunk);
-    scripts.push(script);
-    chunk = new Map();
+  const alternates = new Set<string>();
+  const name = (chain: string) => {
+    if (!chunked || !isServiceChainName(chain) || !kernel.natTargets.has(chain)) return chain;
+    alternates.add(chain);
+    return alternateChainName(chain);
   };
-  const largeCluster = isLargeCluster(plan);
-  for (const service of plan.services) {
-    const chains = renderServiceChains(service, plan, largeCluster);
-    if (chunk.size > 0 && chunk.size + chains.size > options.maxChainsPerChunk) flush();
-    for (const [chain, rules] of chains) {
-      chunk.set(chain, rules);
-      used.add(chain);
-    }
-  }
-  const last = new IptablesRestoreScript(plan.family);
-  last.declareChain("mangle", Chains.canary);
-  writeChains(last, "filter", top.filter);
+  const top = renderTopLevelChains(plan, options);
+  const services = serviceChainGroups(plan).map((chains) => renamed(chains, name));
+  const topNat = renamed(top.nat, name);
+
+  const widen = new IptablesRestoreScript(plan.family);
+  widenFilter(widen, undefined, top.filter, new Set(kernel.filter));
+  const nat = new IptablesRestoreScript(plan.family);
+  const staging: IptablesRestoreScript[] = [];
   if (chunked) {
-    flush();
-    writeChains(last, "nat", new Map([...top.nat].filter(([chain]) => chain !== Chains.markMasq)));
-  } else {
-    writeChains(last, "nat", new Map([...top.nat, ...chunk]));
-  }
-  for (const jump of options.insertJumps ?? []) {
-    last.insertRule(jump.table, jump.from, baseJumpArgs(jump));
-  }
-  for (const chain of options.existingChains ?? []) {
-    if (!used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)) {
-      last.deleteChain("nat", chain);
+    // Service chains jump to KUBE-MARK-MASQ: create it, if missing, before them.
+    let chunk = new Map<string, string[][]>();
+    const flush = () => {
+      if (chunk.size === 0) return;
+      const script = new IptablesRestoreScript(plan.family);
+      writeChains(script, "nat", chunk);
+      staging.push(script);
+      chunk = new Map();
+    };
+    if (!kernel.nat.includes(Chains.markMasq)) {
+      chunk.set(Chains.markMasq, topNat.get(Chains.markMasq) ?? []);
     }
+    for (const chains of services) {
+      if (chunk.size > 0 && chunk.size + chains.size > options.maxChainsPerChunk) flush();
+      for (const [chain, rules] of chains) chunk.set(chain, rules);
+    }
+    flush();
+    writeChains(nat, "nat", topNat);
+  } else {
+    writeChains(nat, "nat", new Map([...topNat, ...services.flatMap((chains) => [...chains])]));
   }
-  scripts.push(last);
-  return scripts;
+  const narrow = new IptablesRestoreScript(plan.family);
+  narrow.declareChain("mangle", Chains.canary);
+  writeChains(narrow, "filter", top.filter);
+  for (const jump of options.insertJumps ?? []) {
+    (jump.table === "nat" ? nat : narrow).insertRule(jump.table, jump.from, baseJumpArgs(jump));
+  }
+
+  const used = new Set([...topNat.keys(), ...services.flatMap((chains) => [...chains.keys()])]);
+  const stale = kernel.nat.filter((chain) =>
+    !used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)
+  );
+  const cleanup: IptablesRestoreScript[] = [];
+  if (chunked) {
+    // Callers before callees (FW → EXT → SVC/SVL → SEP): an input flushes
+    // and deletes chains whose callers went in the same input or earlier.
+    const sorted = [...stale].sort((a, b) => callerRank(a) - callerRank(b));
+    for (const group of chunks(sorted, options.maxChainsPerChunk)) {
+      const script = new IptablesRestoreScript(plan.family);
+      for (const chain of group) script.deleteChain("nat", chain);
+      cleanup.push(script);
+    }
+  } else {
+    for (const chain of stale) nat.deleteChain("nat", chain);
+  }
+  const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
+  return { staging, commit, cleanup, alternates };
 }
 
 function sameRules(
@@ -633,18 +771,27 @@ function deleteRemovedChains(
   }
 }
 
+/** Options of {@linkcode renderPartialSync}. */
+export interface PartialSyncOptions extends IptablesRenderOptions {
+  /** Upstream names of the per-service chains that live under their alternate name. */
+  alternates?: ReadonlySet<string>;
+}
+
 /**
- * Renders the changes from `previous` to `next`: the per-service chains of
- * changed services whose rules differ, top-level chains only when their rules
- * differ (an endpoint-only change leaves KUBE-SERVICES alone), and `-X` for
- * chains of removed services and endpoints. Empty when nothing changed.
+ * Renders the changes from `previous` to `next` as one switching input
+ * ({@linkcode SyncInputs.commit}): the per-service chains of changed
+ * services whose rules differ, rewritten in place under the names they
+ * have, top-level chains only when their rules differ (an endpoint-only
+ * change leaves KUBE-SERVICES alone), and `-X` for chains of removed
+ * services and endpoints. Empty when nothing changed.
  */
-export function renderPartial(
+export function renderPartialSync(
   change: PartialChange,
-  options: IptablesRenderOptions = {},
-): IptablesRestoreScript {
+  options: PartialSyncOptions = {},
+): SyncInputs {
   const { previous, next } = change;
-  const script = new IptablesRestoreScript(next.family);
+  const live = options.alternates ?? new Set<string>();
+  const name = (chain: string) => live.has(chain) ? alternateChainName(chain) : chain;
   const oldTop = renderTopLevelChains(previous, options);
   const newTop = renderTopLevelChains(next, options);
   const oldServices = new Map(previous.services.map((service) => [service.id, service]));
@@ -663,12 +810,21 @@ export function renderPartial(
       for (const [c, r] of renderServiceChains(after, next, isLarge)) newChains.set(c, r);
     }
   }
-  writeChangedChains(script, "filter", oldTop.filter, newTop.filter);
-  writeChangedChains(script, "nat", oldTop.nat, newTop.nat);
-  writeChangedChains(script, "nat", oldChains, newChains);
-  deleteRemovedChains(script, "filter", oldTop.filter, newTop.filter);
-  deleteRemovedChains(script, "nat", oldChains, newChains);
-  return script;
+  const alternates = new Set(
+    [...live].filter((chain) => !oldChains.has(chain) || newChains.has(chain)),
+  );
+  const widen = new IptablesRestoreScript(next.family);
+  widenFilter(widen, oldTop.filter, newTop.filter, new Set(oldTop.filter.keys()));
+  const nat = new IptablesRestoreScript(next.family);
+  writeChangedChains(nat, "nat", renamed(oldTop.nat, name), renamed(newTop.nat, name));
+  const [oldNamed, newNamed] = [renamed(oldChains, name), renamed(newChains, name)];
+  writeChangedChains(nat, "nat", oldNamed, newNamed);
+  deleteRemovedChains(nat, "nat", oldNamed, newNamed);
+  const narrow = new IptablesRestoreScript(next.family);
+  writeChangedChains(narrow, "filter", oldTop.filter, newTop.filter);
+  deleteRemovedChains(narrow, "filter", oldTop.filter, newTop.filter);
+  const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
+  return { staging: [], commit, cleanup: [], alternates };
 }
 
 /**
@@ -681,6 +837,13 @@ export function parseSavedChains(save: string): string[] {
     if (match?.[1]) chains.push(match[1]);
   }
   return chains;
+}
+
+/** Reads the chains rules jump or go to from `iptables-save` output of one table. */
+export function parseSavedTargets(save: string): Set<string> {
+  const targets = new Set<string>();
+  for (const match of save.matchAll(/^-A \S+ .*-[jg] (\S+)/gm)) targets.add(match[1]!);
+  return targets;
 }
 
 /** What {@linkcode renderCleanup} removes chains from. */

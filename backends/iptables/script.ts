@@ -19,6 +19,7 @@ const QUOTABLE_ARG = /^[A-Za-z0-9_.:/,!+\-[\] ;>()]*$/;
 
 interface TableContent {
   chains: string[];
+  /** Chains rules may be appended to: declared here, or kept as the kernel has them. */
   declared: Set<string>;
   rules: string[];
   deleted: string[];
@@ -62,12 +63,21 @@ export class IptablesRestoreScript {
     return this;
   }
 
-  /** Appends a rule to a chain this script declares. */
+  /**
+   * Lets rules be appended to a chain the kernel already holds, after its
+   * rules there: the chain is neither declared (so not flushed) nor created.
+   */
+  keepChain(table: IptablesTable, chain: string): this {
+    if (this.#validChain(chain)) this.#table(table).declared.add(chain);
+    return this;
+  }
+
+  /** Appends a rule to a chain this script declares or keeps. */
   appendRule(table: IptablesTable, chain: string, args: readonly string[]): this {
     if (this.#error) return this;
     const content = this.#tables.get(table);
     if (!content?.declared.has(chain)) {
-      this.#fail(`Cannot append to chain "${chain}" in table ${table}: chain not declared`);
+      this.#fail(`Cannot append to chain "${chain}" in table ${table}: chain not declared or kept`);
       return this;
     }
     this.#addLine(table, "-A", chain, args);

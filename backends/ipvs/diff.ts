@@ -63,17 +63,19 @@ export function diffIpvs(
       continue;
     }
     if (!sameScheduling(old, vs)) ops.push({ kind: "edit-service", vs });
+    // New real servers first: ipvsadm applies line by line, so a sync that
+    // stops half-way leaves every virtual server something to send to.
     const oldReals = new Map(old.realServers.map((rs) => [realServerKey(rs), rs]));
     const newReals = new Set(vs.realServers.map(realServerKey));
-    for (const rs of old.realServers) {
-      if (newReals.has(realServerKey(rs))) continue;
-      if (!drainsGracefully(vs)) ops.push({ kind: "delete-real", vs, rs });
-      else if (rs.weight !== 0) ops.push({ kind: "edit-real", vs, rs: { ...rs, weight: 0 } });
-    }
     for (const rs of vs.realServers) {
       const before = oldReals.get(realServerKey(rs));
       if (before === undefined) ops.push({ kind: "add-real", vs, rs });
       else if (before.weight !== rs.weight) ops.push({ kind: "edit-real", vs, rs });
+    }
+    for (const rs of old.realServers) {
+      if (newReals.has(realServerKey(rs))) continue;
+      if (!drainsGracefully(vs)) ops.push({ kind: "delete-real", vs, rs });
+      else if (rs.weight !== 0) ops.push({ kind: "edit-real", vs, rs: { ...rs, weight: 0 } });
     }
   }
   return ops;

@@ -400,8 +400,9 @@ export function renderIpsetRestoreDiff(previous: IpvsDesiredState, next: IpvsDes
     const added = set.entries.filter((entry) => !old.has(entry));
     if (removed.length === 0 && added.length === 0) continue;
     lines.push(createLine(set, set.name, next.family));
-    for (const entry of removed) lines.push(`del ${set.name} ${entry}`);
+    // Added entries first: ipset restore applies line by line.
     for (const entry of added) lines.push(`add ${set.name} ${entry}`);
+    for (const entry of removed) lines.push(`del ${set.name} ${entry}`);
   }
   return lines.map((line) => line + "\n").join("");
 }

@@ -1,9 +1,10 @@
 /**
  * The nftables proxy mode: renders Plans with `render.ts` and applies every
- * family in ONE `nft -f -` call per sync. It keeps its own record of what the
- * kernel holds (the last applied plans) and never reads the tables back on a
- * sync; drift is checked on a one-element canary set, then on the skeleton
- * chains (`drift.ts`).
+ * family in ONE `nft -f -` call per sync, wrapped by `atomic.ts` so that an
+ * input cut short by a dying writer commits nothing. It keeps its own record
+ * of what the kernel holds (the last applied plans) and never reads the
+ * tables back on a sync; drift is checked on a one-element canary set, then
+ * on the skeleton chains (`drift.ts`).
  *
  * @module
  */
@@ -15,6 +16,7 @@ import { type Executor, isMissingProgram, runChecked } from "../../lib/exec.ts";
 import type { IpFamily } from "../../lib/model.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { setSysctls } from "../../lib/sysctl.ts";
+import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
 import {
   CANARY_SET,
@@ -30,8 +32,9 @@ import {
   skeletonRuleCounts,
   tableRef,
 } from "./render.ts";
-import type { Transaction } from "./transaction.ts";
+import { Table, type TableRef, Transaction } from "./transaction.ts";
 
+export * from "./atomic.ts";
 export * from "./render.ts";
 export * from "./transaction.ts";
 
@@ -83,6 +86,9 @@ class NftablesBackend implements Backend {
   readonly #config: Config;
   readonly #families: ReadonlySet<IpFamily>;
   readonly #table: string;
+  readonly #guard: TableRef;
+  /** Whether the kernel was seen to refuse an armed guard (checked once per process). */
+  #guardChecked = false;
   /** What the kernel holds, per family: the last successfully applied plans. */
   #applied = new Map<IpFamily, Plan>();
   #needFull = true;
@@ -100,6 +106,7 @@ class NftablesBackend implements Backend {
     this.#table = options.table ?? DEFAULT_TABLE;
     this.#replacedTables = options.replacedTables ?? [];
     this.#replacing = this.#replacedTables.length > 0;
+    this.#guard = guardTable(this.#table);
     this.#skeleton = new SkeletonCheck({
       executor: options.executor,
       budget: options.driftCheckBudget,
@@ -150,11 +157,8 @@ class NftablesBackend implements Backend {
     }
     try {
       if (transactions.some((tx) => !tx.empty)) {
-        const stdin = {
-          *[Symbol.iterator]() {
-            for (const tx of transactions) yield* tx.chunks();
-          },
-        };
+        if (full) await this.#prepareGuard();
+        const stdin = atomicInput(transactions, this.#guard);
         await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin });
       }
     } catch (cause) {
@@ -183,6 +187,31 @@ class NftablesBackend implements Backend {
       summary,
     });
     return { full, summary };
+  }
+
+  /**
+   * Sets up the load guard in a batch of its own (see `atomic.ts`), and the
+   * first time asks the kernel, without committing (`nft -c`), to refuse an
+   * armed guard: a kernel that accepts one would commit a cut-short input.
+   */
+  async #prepareGuard(): Promise<void> {
+    await runChecked(this.#executor, {
+      program: "nft",
+      args: ["-f", "-"],
+      stdin: renderGuard(this.#guard).toString(),
+    });
+    if (this.#guardChecked) return;
+    this.#guardChecked = true;
+    const probe = await this.#executor.run({
+      program: "nft",
+      args: ["-c", "-f", "-"],
+      stdin: renderArm(this.#guard).toString(),
+    });
+    if (probe.code === 0) {
+      logger.warn(
+        "The kernel accepted an armed nftables load guard: a sync cut short may leave a partial table",
+      );
+    }
   }
 
   async checkDrift(): Promise<boolean> {
@@ -239,7 +268,7 @@ class NftablesBackend implements Backend {
 
   /** Removes kproxy's tables and the replaced ones (kube-proxy's) that exist, in one transaction. */
   async cleanup(): Promise<void> {
-    const tables = [this.#table, ...this.#replacedTables];
+    const tables = [this.#table, this.#guard.table, ...this.#replacedTables];
     let present: string[];
     try {
       present = await this.#existing(tables);

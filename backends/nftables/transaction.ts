@@ -60,7 +60,11 @@ function quoted(comment: string | undefined): string {
 
 /** The table itself. */
 export class Table implements NftObject {
-  constructor(readonly options: { comment?: string } = {}) {}
+  /**
+   * `dormant`: the table's base chains are registered with no hook, so no
+   * packet passes them (the kernel still validates them on every commit).
+   */
+  constructor(readonly options: { comment?: string; dormant?: boolean } = {}) {}
 
   validate(verb: Verb): string | undefined {
     if (verb === "flush") return "Cannot flush a table here: use delete and add";
@@ -68,10 +72,12 @@ export class Table implements NftObject {
   }
 
   write(verb: Verb, where: TableRef): string {
-    const comment = verb === "add" && this.options.comment !== undefined
-      ? ` { comment "${this.options.comment}" ; }`
-      : "";
-    return `${verb} table ${where.family} ${where.table}${comment}`;
+    const head = `${verb} table ${where.family} ${where.table}`;
+    if (verb !== "add") return head;
+    const parts: string[] = [];
+    if (this.options.dormant === true) parts.push("flags dormant ;");
+    if (this.options.comment !== undefined) parts.push(`comment "${this.options.comment}" ;`);
+    return parts.length === 0 ? head : `${head} { ${parts.join(" ")} }`;
   }
 }
 

@@ -1,8 +1,10 @@
 /**
  * Crash and restart of a real `deno run main.ts` process in the node
- * namespace: SIGKILL while `nft` is loading a big table, then a new start
- * must converge to exactly what a clean run renders; SIGTERM must leave
- * working rules behind.
+ * namespace: SIGKILL while `nft` reads a big full sync, repeated at spread
+ * delays so that the kill lands at different bytes of the input; each time
+ * the table must be the one before the sync or the complete new one. A new
+ * start must then converge to exactly what a clean run renders; SIGTERM
+ * must leave working rules behind.
  *
  * @module
  */
@@ -30,38 +32,111 @@ import {
 const skipReason = await faultsSkipReason(["nft"]);
 
 const WEB_IP = "10.96.0.10";
-/** Enough services that one full `nft -f` takes a noticeable time to kill into. */
+/** Enough services that writing one full nft input takes long enough to kill into. */
 const BULK_SERVICES = 2000;
+const BULK_ENDPOINTS = 10;
+/**
+ * When each victim is killed, as a share of the time a clean run's full input
+ * takes to arrive at nft; one per round.
+ */
+const KILL_AT = [0.05, 0.15, 0.25, 0.35, 0.45, 0.55];
 
 const PROGRAMMED = /Programmed the initial nftables rules/;
+/** How long a start with the bulk services may take on a busy machine. */
+const STARTUP_MS = 180_000;
 
 /**
- * Writes an `nft` wrapper into `dir` that, for loads (`-f`), touches `mark`
- * and waits before running the real `nft`: kproxy is then blocked writing a
- * script bigger than a pipe buffer when the test kills it, so the real `nft`
- * reads a truncated script.
+ * Copies stdin to stdout and to a record file, and writes how long the input
+ * took to arrive to `<record>.span`. Its 1 MiB stdin pipe lets kproxy write
+ * on without waiting for nft, as a fast reader would, so a kill lands
+ * between writes as often as inside one. In an input of more than 4 KiB (not the
+ * load guard's set-up), when the file `kill-after` exists, SIGKILLs the
+ * process given as argument (the kproxy writing the input) that many
+ * seconds after the first byte, and copies whatever it had written.
  */
-async function writeSlowNft(dir: string, mark: string): Promise<string> {
+const COPIER = `
+import fcntl, os, signal, sys, threading, time
+victim, record, kill_after = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+fcntl.fcntl(0, 1031, 1 << 20)  # F_SETPIPE_SZ: kproxy's writes do not wait for nft
+delay = float(open(kill_after).read()) if os.path.exists(kill_after) else None
+first = last = None
+seen = 0
+with open(record, "wb") as out:
+    while True:
+        block = os.read(0, 65536)
+        if not block:
+            break
+        last = time.monotonic()
+        first = first or last
+        seen += len(block)
+        if delay is not None and seen > 4096:
+            threading.Timer(delay - (last - first), os.kill, (victim, signal.SIGKILL)).start()
+            delay = None
+        out.write(block)
+        os.write(1, block)
+with open(record + ".span", "w") as span:
+    span.write(str((last or 0) - (first or 0)))
+`;
+
+/**
+ * Writes an `nft` wrapper into `dir`: loads (`-f`) pass through
+ * {@linkcode COPIER} to the real nft, which records each input in
+ * `dir/input.<pid>` and kills the writing kproxy `dir/kill-after` seconds
+ * into it; `dir/done.<pid>` appears when nft has exited.
+ */
+async function writeRecordingNft(dir: string): Promise<string> {
   const real = (await new HostExecutor().run({ program: "sh", args: ["-c", "command -v nft"] }))
     .stdout.trim();
+  await Deno.writeTextFile(`${dir}/copy.py`, COPIER);
   await Deno.writeTextFile(
     `${dir}/nft`,
-    `#!/bin/sh\nif [ "$1" = "-f" ]; then : > ${mark}; sleep 1; fi\nexec ${real} "$@"\n`,
+    [
+      "#!/bin/sh",
+      `if [ "$1" != "-f" ]; then exec ${real} "$@"; fi`,
+      `python3 ${dir}/copy.py $PPID ${dir}/input.$$ ${dir}/kill-after | ${real} "$@"`,
+      `echo $? > ${dir}/done.$$`,
+      "",
+    ].join("\n"),
     { mode: 0o755 },
   );
   return `${dir}:${Deno.env.get("PATH") ?? "/usr/sbin:/usr/bin:/sbin:/bin"}`;
 }
 
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
+/** One load the wrapper recorded. */
+interface RecordedLoad {
+  input: string;
+  /** Seconds from its first to its last byte. */
+  span: number;
+  /** nft has exited. */
+  done: boolean;
+}
+
+/** The loads the wrapper in `dir` recorded. */
+async function recordedLoads(dir: string): Promise<RecordedLoad[]> {
+  const loads = [];
+  for await (const entry of Deno.readDir(dir)) {
+    const pid = /^input\.(\d+)$/.exec(entry.name)?.[1];
+    if (pid === undefined) continue;
+    const done = await Deno.stat(`${dir}/done.${pid}`).then(() => true, () => false);
+    const span = await Deno.readTextFile(`${dir}/${entry.name}.span`).then(Number, () => NaN);
+    loads.push({ input: await Deno.readTextFile(`${dir}/${entry.name}`), span, done });
+  }
+  return loads;
+}
+
+async function clearRecords(dir: string): Promise<void> {
+  for await (const entry of Deno.readDir(dir)) {
+    if (/^(input|done)\./.test(entry.name)) await Deno.remove(`${dir}/${entry.name}`);
   }
 }
 
-function manifests(pods: Pod[], web: Pod): ApiObject[] {
+/** The largest recorded load: the full sync's, not the guard's set-up. */
+function mainLoad(loads: RecordedLoad[]): RecordedLoad {
+  return loads.reduce((a, b) => (b.input.length > a.input.length ? b : a));
+}
+
+/** Bulk services 0…n-1 with endpoints numbered from `first`, plus `web` served by `web`. */
+function manifests(web: Pod, first: number): ApiObject[] {
   const objects: ApiObject[] = [
     nodeObject(),
     serviceObject({ name: "web", clusterIP: WEB_IP }),
@@ -70,13 +145,17 @@ function manifests(pods: Pod[], web: Pod): ApiObject[] {
   for (let i = 0; i < BULK_SERVICES; i++) {
     const name = `bulk-${i}`;
     objects.push(serviceObject({ name, clusterIP: `10.96.${20 + (i >> 8)}.${i & 255}` }));
-    objects.push(sliceObject(name, pods.map((pod) => pod.ipv4)));
+    const addresses = Array.from({ length: BULK_ENDPOINTS }, (_, j) => {
+      const n = first + i * BULK_ENDPOINTS + j;
+      return `10.250.${(n >> 8) & 255}.${n & 255}`;
+    });
+    objects.push(sliceObject(name, addresses));
   }
   return objects;
 }
 
 Deno.test({
-  name: "main.ts killed with SIGKILL during a sync converges on restart; SIGTERM keeps rules",
+  name: "main.ts killed with SIGKILL while nft reads its input leaves the old or the new table",
   ignore: skipReason !== undefined,
   sanitizeOps: false,
   sanitizeResources: false,
@@ -99,28 +178,33 @@ Deno.test({
       processes.push(process);
       return process;
     };
+    const table = async (ns: string) => JSON.stringify(await canonicalTable(ns));
     try {
       const [a1, a2] = topology.localPods as [Pod, Pod];
-      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests([a1], a1)));
-      const first = start(topology.node);
-      await first.waitForLine(PROGRAMMED);
+      const path = await writeRecordingNft(bin);
+      // Two cluster states whose full loads rewrite every service.
+      const states = [
+        manifestText(manifests(a1, 0)),
+        manifestText(manifests(a2, BULK_SERVICES * BULK_ENDPOINTS)),
+      ];
+
+      const complete: string[] = [];
+      const cleanLoads: RecordedLoad[] = [];
+      const record = async (ns: string) => {
+        complete.push(await table(ns));
+        cleanLoads.push(mainLoad(await recordedLoads(bin)));
+      };
+      // State A: a first run in the node namespace, stopped by SIGTERM (its rules stay).
+      await Deno.writeTextFile(`${dir}/all.json`, states[0]!);
+      const first = start(topology.node, path);
+      await first.waitForLine(PROGRAMMED, STARTUP_MS);
       await assertServedBy(topology, WEB_IP, 80, [a1]);
       assert.equal((await first.kill("SIGTERM")).code, 0, "SIGTERM exit status");
-      const firstTable = await canonicalTable(topology.node);
+      await record(topology.node);
+      assert.match(complete[0]!, /"services"/, "the first run made a table");
       await assertServedBy(topology, WEB_IP, 80, [a1]);
 
-      // Every service changes, so the next full load rewrites the whole table.
-      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests([a1, a2], a2)));
-      const mark = `${bin}/loading`;
-      const victim = start(topology.node, await writeSlowNft(bin, mark));
-      await waitFor("the victim's nft load started", () => exists(mark), 60_000);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      await victim.kill("SIGKILL");
-      // The real nft now reads a truncated script; let it finish.
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-      const afterKill = await canonicalTable(topology.node);
-      await assertServedBy(topology, WEB_IP, 80, [a1, a2]);
-
+      // State B as a clean run programs it, in a scratch namespace.
       await createNamespace(scratch);
       for (
         const args of [
@@ -131,20 +215,63 @@ Deno.test({
       ) {
         await new HostExecutor().run({ program: "ip", args: ["-n", scratch, ...args] });
       }
-      const clean = start(scratch);
-      const restarted = start(topology.node);
-      await Promise.all([clean.waitForLine(PROGRAMMED), restarted.waitForLine(PROGRAMMED)]);
-      const expected = await canonicalTable(scratch);
-      const whole = [firstTable, expected].map((table) => JSON.stringify(table));
-      assert.ok(whole.includes(JSON.stringify(afterKill)), "the killed sync left a mixed table");
-      assert.ok(expected?.chains["services"], "the clean run made no table");
-      assert.deepEqual(await canonicalTable(topology.node), expected);
-      await assertServedBy(topology, WEB_IP, 80, [a2]);
+      await Deno.writeTextFile(`${dir}/all.json`, states[1]!);
+      await clearRecords(bin);
+      const clean = start(scratch, path);
+      await clean.waitForLine(PROGRAMMED, STARTUP_MS);
+      assert.equal((await clean.kill("SIGTERM")).code, 0, "SIGTERM exit status");
+      await record(scratch);
+      assert.notEqual(complete[0], complete[1]);
 
-      assert.equal((await restarted.kill("SIGTERM")).code, 0, "SIGTERM exit status");
-      assert.deepEqual(await canonicalTable(topology.node), expected);
+      let cut = 0;
+      const cuts: string[] = [];
+      for (const [round, share] of KILL_AT.entries()) {
+        const before = await table(topology.node);
+        const next = before === complete[0] ? 1 : 0;
+        await Deno.writeTextFile(`${dir}/all.json`, states[next]!);
+        await clearRecords(bin);
+        const full = cleanLoads[next]!;
+        const seconds = share * full.span;
+        await Deno.writeTextFile(`${bin}/kill-after`, String(seconds));
+        const victim = start(topology.node, path);
+        const status = await victim.child.status;
+        assert.equal(status.signal, "SIGKILL", "the victim was killed by the wrapper");
+        await waitFor(
+          "every nft the victim started to finish",
+          async () => (await recordedLoads(bin)).every((load) => load.done),
+          60_000,
+        );
+        const written = mainLoad(await recordedLoads(bin)).input.length;
+        if (written < full.input.length) cut++;
+        cuts.push(`${written}/${full.input.length}`);
+        const after = await table(topology.node);
+        assert.ok(
+          after === before || after === complete[next],
+          `round ${round + 1}: killed ${
+            Math.round(seconds * 1000)
+          } ms into its input, with ${written} of ${full.input.length} characters written, it left a table that is neither the old nor the new one`,
+        );
+        await assertServedBy(topology, WEB_IP, 80, [a1, a2]);
+      }
+      await Deno.remove(`${bin}/kill-after`);
+      console.log(
+        `SIGKILL rounds: characters written ${cuts.join(", ")}; full input in ${
+          cleanLoads.map((load) => `${Math.round(load.span * 1000)} ms`).join(" / ")
+        }`,
+      );
+      assert.ok(
+        cut >= KILL_AT.length / 2,
+        `only ${cut} of ${KILL_AT.length} kills landed mid-write`,
+      );
+
+      await Deno.writeTextFile(`${dir}/all.json`, states[1]!);
+      const restarted = start(topology.node);
+      await restarted.waitForLine(PROGRAMMED, STARTUP_MS);
+      assert.equal(await table(topology.node), complete[1]);
       await assertServedBy(topology, WEB_IP, 80, [a2]);
-      await assertServedBy(topology, "10.96.20.7", 80, [a1, a2]);
+      assert.equal((await restarted.kill("SIGTERM")).code, 0, "SIGTERM exit status");
+      assert.equal(await table(topology.node), complete[1]);
+      await assertServedBy(topology, WEB_IP, 80, [a2]);
     } finally {
       for (const process of processes) await process.kill("SIGKILL");
       await deleteNamespace(scratch);

@@ -223,7 +223,7 @@ Deno.test("renderFull() (nftables, iptables) never embeds a plan's reason text",
   );
 });
 
-Deno.test("renderFull(), renderIncremental() and renderPartial() raise no validation error on planned input", () => {
+Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no validation error on planned input", () => {
   fc.assert(
     fc.property(transitionArb, iptablesOptionsArb, ({ previous, next, changed }, iptOptions) => {
       for (
@@ -242,11 +242,12 @@ Deno.test("renderFull(), renderIncremental() and renderPartial() raise no valida
         );
         const script = ipt.renderFull(after, iptOptions);
         assert.equal(script.error, undefined, `iptables: ${script.error?.message}`);
-        const partial = ipt.renderPartial(
+        const partial = ipt.renderPartialSync(
           { previous: before, next: after, changed: ids },
           iptOptions,
         );
-        assert.equal(partial.error, undefined, `iptables partial: ${partial.error?.message}`);
+        const error = partial.commit.find((block) => block.error)?.error;
+        assert.equal(error, undefined, `iptables partial: ${error?.message}`);
       }
     }),
     { numRuns: PURE_RUNS },
@@ -359,7 +360,7 @@ Deno.test({
 
       for (const variant of ["nft", "legacy"] as const) {
         await t.step(
-          `iptables-${variant}-restore renderFull(), chunks and renderPartial()`,
+          `iptables-${variant}-restore renderFull(), renderFullSync() and renderPartialSync()`,
           async () => {
             await fc.assert(
               fc.asyncProperty(
@@ -376,26 +377,30 @@ Deno.test({
                     const tool = restoreTool(variant, after);
                     const full = ipt.renderFull(after, options).toString();
                     assertAccepted(await checker.check(tool, full), `${tool} --test (full)`, full);
-                    for (
-                      const chunk of ipt.renderFullInChunks(before, {
-                        ...options,
-                        maxChainsPerChunk: 3,
-                      })
-                    ) {
-                      const text = chunk.toString();
+                    const sync = ipt.renderFullSync(before, {
+                      ...options,
+                      maxChainsPerChunk: 3,
+                      kernel: { nat: [], natTargets: new Set(), filter: [] },
+                    });
+                    const inputs = [
+                      ...sync.staging.map(String),
+                      ipt.inputText(sync.commit),
+                      ...sync.cleanup.map(String),
+                    ];
+                    for (const text of inputs) {
                       assertAccepted(
                         await checker.apply(tool, text),
-                        `${tool} (chunk of previous)`,
+                        `${tool} (chunked full sync of previous)`,
                         text,
                       );
                     }
-                    const partial = ipt.renderPartial({
+                    const partial = ipt.renderPartialSync({
                       previous: before,
                       next: after,
                       changed: ids,
-                    }, options);
-                    if (partial.isEmpty) continue;
-                    const text = partial.toString();
+                    }, { ...options, alternates: sync.alternates });
+                    if (partial.commit.length === 0) continue;
+                    const text = ipt.inputText(partial.commit);
                     assertAccepted(await checker.apply(tool, text), `${tool} (partial)`, text);
                   }
                 },

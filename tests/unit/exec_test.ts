@@ -5,6 +5,8 @@ import {
   DenoExecutor,
   FakeExecutor,
   runChecked,
+  STDIN_CHUNK,
+  stdinWrites,
 } from "../../lib/exec.ts";
 import { ANY_ARGUMENTS } from "../../lib/command_policy.ts";
 import { readSysctl, setSysctls } from "../../lib/sysctl.ts";
@@ -72,6 +74,14 @@ Deno.test("DenoExecutor.run() kills the program when onStdoutLine throws", async
     }),
     /enough/,
   );
+});
+
+Deno.test("stdinWrites() yields the pieces as written: each given piece cut every STDIN_CHUNK units", () => {
+  const long = `${"a".repeat(STDIN_CHUNK - 1)}\u{1F600}${"b".repeat(STDIN_CHUNK)}`;
+  const writes = [...stdinWrites(["head\n", long, ""])];
+  assert.deepEqual(writes.map((piece) => piece.length), [5, STDIN_CHUNK + 1, STDIN_CHUNK]);
+  assert.equal(writes.join(""), `head\n${long}`);
+  assert.deepEqual([...stdinWrites("x")], ["x"]);
 });
 
 Deno.test("DenoExecutor.run() returns a non-zero exit as a result with stderr", async () => {

@@ -50,7 +50,8 @@ Deno.test("createIptablesBackend() first sync detects the variant, restores full
   const [restore] = restores(executor.calls);
   assert.equal(restore?.program, "iptables-legacy-restore");
   assert.deepEqual(restore?.args, ["-w", "5", "--noflush", "--counters"]);
-  assert.match(restore?.stdin ?? "", /^\*mangle\n:KUBE-PROXY-CANARY/);
+  const tables = (restore?.stdin ?? "").split("\n").filter((line) => line.startsWith("*"));
+  assert.deepEqual(tables, ["*filter", "*nat", "*mangle", "*filter"], "widen, switch, narrow");
   const inserts = (restore?.stdin ?? "").split("\n").filter((line) => line.startsWith("-I "));
   assert.equal(inserts.length, 12);
   assert.ok(
@@ -344,7 +345,8 @@ Deno.test({
             web,
             change.previous.services.find((s) => s.name === "web")!.internal.endpoints[1]!,
           );
-          assert.match(first, new RegExp(`^:${removed} `, "m"));
+          // A chunked full sync writes chains in use under their alternate name.
+          assert.match(first, new RegExp(`^:${removed}${variant === "nft" ? "-2" : ""} `, "m"));
 
           await backend.sync({
             plans: [change.next],

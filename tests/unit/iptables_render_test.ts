@@ -7,13 +7,18 @@ import {
   probability,
   renderCleanup,
   renderFull,
-  renderFullInChunks,
-  renderPartial,
+  renderFullSync,
+  renderPartialSync,
+  type SyncInputs,
 } from "../../backends/iptables/render.ts";
-import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
+import {
+  alternateChainName,
+  endpointChainName,
+  serviceChainNames,
+} from "../../backends/iptables/names.ts";
 import { chooseVariant, summarizeSave } from "../../backends/iptables/detect.ts";
 import { IptablesRestoreScript } from "../../backends/iptables/script.ts";
-import type { ServicePortPlan } from "../../lib/plan.ts";
+import type { Plan, ServicePortPlan } from "../../lib/plan.ts";
 import {
   endpoint,
   GOLDEN_CASES,
@@ -22,6 +27,21 @@ import {
   traffic,
   uniformCluster,
 } from "../golden/iptables/fixtures.ts";
+
+/** The switching input of a sync: chains declared and deleted in each table, and its text. */
+function commitOf(sync: SyncInputs) {
+  const blocks = sync.commit;
+  return {
+    nat: blocks.flatMap((block) => block.chainNames("nat")),
+    filter: blocks.flatMap((block) => block.chainNames("filter")),
+    deleted: blocks.flatMap((block) => block.deletedChains("nat")),
+    text: blocks.map(String).join(""),
+  };
+}
+
+function partial(previous: Plan, next: Plan, changed: string[], alternates?: Set<string>) {
+  return renderPartialSync({ previous, next, changed: new Set(changed) }, { alternates });
+}
 
 function named(namespace: string, name: string, portName: string, protocol: "TCP" | "UDP") {
   return servicePort({ namespace, name, portName, protocol });
@@ -159,36 +179,81 @@ const before = plan([
   servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
 ]);
 
-Deno.test("renderPartial() after an endpoint change writes only that service's chains", () => {
+Deno.test("renderPartialSync() after an endpoint change writes only that service's chains", () => {
   const moved = [endpoint("10.244.1.5", 8080), endpoint("10.244.3.9", 8080)];
   const after = plan([
     servicePort({ name: "web", internal: traffic(moved), external: traffic(moved) }),
     servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
   ]);
   const web = after.services.find((s) => s.name === "web")!;
-  const script = renderPartial({ previous: before, next: after, changed: new Set([web.id]) });
+  const sync = partial(before, after, [web.id]);
   const svc = serviceChainNames(web).cluster;
   const added = endpointChainName(web, moved[1]!);
   const removed = endpointChainName(web, webRemote[1]!);
-  assert.deepEqual(script.chainNames("nat"), [svc, added, removed]);
-  assert.deepEqual(script.deletedChains("nat"), [removed]);
-  assert.deepEqual(script.chainNames("filter"), []);
-  assert.doesNotMatch(script.toString(), /KUBE-SERVICES|\*filter/);
+  const commit = commitOf(sync);
+  assert.equal(sync.commit.length, 1, "one nat block");
+  assert.deepEqual(commit.nat, [svc, added, removed]);
+  assert.deepEqual(commit.deleted, [removed]);
+  assert.deepEqual(commit.filter, []);
+  assert.doesNotMatch(commit.text, /KUBE-SERVICES|\*filter/);
+  assert.deepEqual([sync.staging, sync.cleanup], [[], []]);
 });
 
-Deno.test("renderPartial() rewrites KUBE-SERVICES when a service is added or removed", () => {
+Deno.test("renderPartialSync() rewrites KUBE-SERVICES when a service is added or removed", () => {
   const added = plan([
     ...before.services,
     servicePort({ name: "new", clusterIPs: ["10.96.0.30"] }),
   ]);
   const id = added.services.find((s) => s.name === "new")!.id;
-  const add = renderPartial({ previous: before, next: added, changed: new Set([id]) });
-  assert.ok(add.chainNames("nat").includes("KUBE-SERVICES"));
-  assert.equal(add.deletedChains("nat").length, 0);
+  const add = commitOf(partial(before, added, [id]));
+  assert.ok(add.nat.includes("KUBE-SERVICES"));
+  assert.equal(add.deleted.length, 0);
 
-  const remove = renderPartial({ previous: added, next: before, changed: new Set([id]) });
-  assert.ok(remove.chainNames("nat").includes("KUBE-SERVICES"));
-  assert.equal(remove.deletedChains("nat").length, 3);
+  const remove = commitOf(partial(added, before, [id]));
+  assert.ok(remove.nat.includes("KUBE-SERVICES"));
+  assert.equal(remove.deleted.length, 3);
+});
+
+Deno.test("renderPartialSync() widens the filter table before nat and narrows it after", () => {
+  const none = plan([
+    servicePort({ name: "web", internal: traffic([]), external: traffic([]) }),
+    servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
+  ]);
+  const web = none.services.find((s) => s.name === "web")!;
+  for (const [from, to] of [[before, none], [none, before]]) {
+    const sync = partial(from!, to!, [web.id]);
+    const [widen, nat, narrow] = sync.commit.map(String);
+    assert.equal(sync.commit.length, 3);
+    assert.match(widen!, /^\*filter\n/);
+    assert.doesNotMatch(widen!, /^:KUBE-SERVICES /m, "widening keeps the chain's old rules");
+    assert.match(nat!, /^\*nat\n/);
+    assert.match(narrow!, /^\*filter\n:KUBE-SERVICES - \[0:0\]\n/);
+  }
+  const losing = sync(before, none);
+  assert.match(losing[0]!, /^-A KUBE-SERVICES .*has no endpoints.* -j REJECT$/m, "reject added");
+  const gaining = sync(none, before);
+  assert.doesNotMatch(gaining[0]!, /^-A /m, "nothing to add: the old reject stays until nat");
+  function sync(from: Plan, to: Plan): string[] {
+    return partial(from, to, [web.id]).commit.map(String);
+  }
+});
+
+Deno.test("renderPartialSync() rewrites a chain under the name it lives under", () => {
+  const moved = [endpoint("10.244.1.5", 8080), endpoint("10.244.3.9", 8080)];
+  const after = plan([
+    servicePort({ name: "web", internal: traffic(moved), external: traffic(moved) }),
+    servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
+  ]);
+  const web = after.services.find((s) => s.name === "web")!;
+  const svc = serviceChainNames(web).cluster;
+  const kept = endpointChainName(web, moved[0]!);
+  const removed = endpointChainName(web, webRemote[1]!);
+  const sync = partial(before, after, [web.id], new Set([svc, kept, removed]));
+  const commit = commitOf(sync);
+  assert.ok(commit.nat.includes(alternateChainName(svc)));
+  assert.match(commit.text, new RegExp(`-j ${alternateChainName(kept)}$`, "m"));
+  assert.deepEqual(commit.deleted, [alternateChainName(removed)]);
+  assert.deepEqual(sync.alternates, new Set([svc, kept]));
 });
 
 Deno.test("renderFull() drops endpoint rule comments above 1000 endpoints, like kube-proxy", () => {
@@ -210,20 +275,19 @@ Deno.test("renderFull() drops endpoint rule comments above 1000 endpoints, like 
   }
 });
 
-Deno.test("renderPartial() renders each side in its own cluster mode", () => {
+Deno.test("renderPartialSync() renders each side in its own cluster mode", () => {
   const small = uniformCluster(100, 10);
   const large = uniformCluster(101, 10);
   const id = large.services.at(-1)!.id;
-  const script = renderPartial({ previous: small, next: large, changed: new Set([id]) });
-  const sepRules = script.toString().split("\n").filter((l) => l.startsWith("-A KUBE-SEP-"));
+  const text = commitOf(partial(small, large, [id])).text;
+  const sepRules = text.split("\n").filter((l) => l.startsWith("-A KUBE-SEP-"));
   assert.equal(sepRules.length, 20);
   assert.ok(sepRules.every((line) => !line.includes("--comment")));
 });
 
-Deno.test("renderPartial() is empty when nothing changed", () => {
-  const script = renderPartial({ previous: before, next: before, changed: new Set(["x"]) });
-  assert.equal(script.isEmpty, true);
-  assert.equal(script.toString(), "");
+Deno.test("renderPartialSync() is empty when nothing changed", () => {
+  const sync = partial(before, before, ["x"]);
+  assert.deepEqual(sync.commit, []);
 });
 
 Deno.test("IptablesRestoreScript refuses unsafe arguments and undeclared chains", () => {
@@ -292,36 +356,65 @@ Deno.test("chooseVariant() prefers hinted, then busier, then nft", () => {
   });
 });
 
-Deno.test("renderFullInChunks() bounds chains per script, keeps services whole and switches last", () => {
+Deno.test("renderFullSync() stages new chains in bounded inputs, switches in one commit, cleans up after", () => {
   const services = Array.from(
     { length: 6 },
     (_, i) => servicePort({ name: `svc-${i}`, clusterIPs: [`10.96.1.${i}`], nodePort: 30000 + i }),
   );
   const big = plan(services);
-  const scripts = renderFullInChunks(big, {
+  const stale = "KUBE-SEP-AAAAAAAAAAAAAAAA";
+  const sync = renderFullSync(big, {
     maxChainsPerChunk: 5,
-    existingChains: ["KUBE-SEP-AAAAAAAAAAAAAAAA"],
+    kernel: { nat: [stale], natTargets: new Set(), filter: [] },
   });
   const whole = renderFull(big);
-  const last = scripts.at(-1)!;
-  assert.ok(scripts.length > 3);
-  assert.deepEqual(scripts[0]!.chainNames("nat")[0], "KUBE-MARK-MASQ");
-  for (const script of scripts.slice(0, -1)) {
+  assert.ok(sync.staging.length > 2);
+  assert.deepEqual(sync.staging[0]!.chainNames("nat")[0], "KUBE-MARK-MASQ");
+  for (const script of sync.staging) {
     assert.ok(script.chainNames("nat").length <= 5);
     assert.deepEqual(script.chainNames("filter"), []);
+    assert.doesNotMatch(String(script), /KUBE-SERVICES/, "staging touches no live chain");
   }
-  assert.ok(last.chainNames("nat").includes("KUBE-SERVICES"));
-  assert.ok(!last.chainNames("nat").includes("KUBE-MARK-MASQ"));
-  assert.deepEqual(last.deletedChains("nat"), ["KUBE-SEP-AAAAAAAAAAAAAAAA"]);
-  const chunked = scripts.flatMap((script) => script.chainNames("nat")).sort();
-  assert.deepEqual(chunked, [...whole.chainNames("nat"), "KUBE-SEP-AAAAAAAAAAAAAAAA"].sort());
-  assert.equal(scripts.reduce((sum, script) => sum + script.ruleCount, 0), whole.ruleCount);
+  const [widen, nat, narrow] = sync.commit;
+  assert.equal(sync.commit.length, 3);
+  assert.deepEqual(nat!.chainNames("filter"), []);
+  assert.ok(nat!.chainNames("nat").includes("KUBE-SERVICES"));
+  assert.ok(nat!.chainNames("nat").every((chain) => !/^KUBE-(SVC|SEP|EXT)-/.test(chain)));
+  assert.deepEqual(widen!.chainNames("nat"), []);
+  assert.ok(narrow!.chainNames("filter").includes("KUBE-SERVICES"));
+  assert.deepEqual(sync.cleanup.map((script) => script.deletedChains("nat")), [[stale]]);
+  const written = [...sync.staging, nat!, narrow!];
+  const declared = written.flatMap((script) => script.chainNames("nat")).sort();
+  // KUBE-MARK-MASQ is created before the chains that jump to it and written again in the commit.
+  assert.deepEqual(declared, [...whole.chainNames("nat"), "KUBE-MARK-MASQ"].sort());
+  assert.equal(written.reduce((sum, script) => sum + script.ruleCount, 0), whole.ruleCount + 1);
   for (const service of services) {
-    const holder = scripts.filter((script) =>
+    const holder = sync.staging.filter((script) =>
       script.chainNames("nat").some((chain) =>
         chain.endsWith(serviceChainNames(service).cluster.slice(9))
       )
     );
     assert.equal(holder.length, 1, `${service.name} split across scripts`);
   }
+});
+
+Deno.test("renderFullSync() writes chains that are in use under their alternate name", () => {
+  const web = before.services.find((s) => s.name === "web")!;
+  const svc = serviceChainNames(web).cluster;
+  const sep = endpointChainName(web, webRemote[0]!);
+  const kernel = { nat: [svc, sep, "KUBE-MARK-MASQ"], natTargets: new Set([svc, sep]), filter: [] };
+  const sync = renderFullSync(before, { maxChainsPerChunk: 3, kernel });
+  const staged = sync.staging.flatMap((script) => script.chainNames("nat"));
+  assert.ok(staged.includes(alternateChainName(svc)) && !staged.includes(svc));
+  assert.ok(!staged.includes("KUBE-MARK-MASQ"), "an existing KUBE-MARK-MASQ waits for the commit");
+  assert.match(String(sync.commit[1]), new RegExp(`^-A KUBE-SERVICES .* -j ${svc}-2$`, "m"));
+  assert.deepEqual(sync.alternates, new Set([svc, sep]));
+  assert.deepEqual(sync.cleanup.flatMap((script) => script.deletedChains("nat")), [svc, sep]);
+  const unchunked = renderFullSync(before, { maxChainsPerChunk: Infinity, kernel });
+  assert.deepEqual([unchunked.staging, unchunked.cleanup, unchunked.alternates], [
+    [],
+    [],
+    new Set(),
+  ]);
+  assert.ok(unchunked.commit[1]!.chainNames("nat").includes(svc), "one nat commit, upstream names");
 });

@@ -133,8 +133,8 @@ Deno.test("IpvsBackend.sync() full reconciles: deletes stale owned servers, keep
   const calls = kernel.take();
   assertEquals(ipvsRestores(calls), [
     "-D -t 10.96.0.99:443\n" +
-    "-e -t 10.96.0.10:80 -r 10.244.9.9:8080 -m -w 0\n" +
-    "-a -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 1\n",
+    "-a -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 1\n" +
+    "-e -t 10.96.0.10:80 -r 10.244.9.9:8080 -m -w 0\n",
   ]);
   const batches = calls.filter((c) => c.line === "ip -batch -").map((c) => c.stdin);
   assertEquals(batches, [
@@ -172,7 +172,7 @@ Deno.test("IpvsBackend.sync() incremental applies only the diff", async () => {
   assertEquals(calls.map((c) => c.line), ["ipvsadm --restore", "ipvsadm -Ln"]);
   assertEquals(
     calls[0]!.stdin,
-    "-e -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 0\n-a -t 10.96.0.10:80 -r 10.244.3.1:8080 -m -w 1\n",
+    "-a -t 10.96.0.10:80 -r 10.244.3.1:8080 -m -w 1\n-e -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 0\n",
   );
 
   // A new service: its ipset entries, its VIP and its virtual server; nothing else.

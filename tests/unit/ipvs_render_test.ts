@@ -7,7 +7,7 @@ import {
   renderIpvs,
   renderIpvsadmRestore,
 } from "../../backends/ipvs/render.ts";
-import { planOf, SCENARIOS, servicePort } from "../golden/ipvs/plans.ts";
+import { endpoint, planOf, SCENARIOS, servicePort } from "../golden/ipvs/plans.ts";
 
 Deno.test("parseIpvsadmSave() reads back what renderIpvsadmRestore() writes", async (t) => {
   for (const [name, plan] of Object.entries(SCENARIOS)) {
@@ -49,6 +49,28 @@ Deno.test("diffIpvs() edits a virtual server whose scheduling changed, keeps its
   const ops = diffIpvs(before, after);
   assertEquals(renderIpvsOps(ops), "-E -t 10.96.0.10:80 -s rr -p 10800\n");
   assertEquals(applyIpvsOps(before, ops), after);
+});
+
+Deno.test("diffIpvs() and renderIpsetRestoreDiff() add before they remove, so every stop keeps a way in", () => {
+  const moved = [endpoint("10.244.3.3", 8080), endpoint("10.244.4.4", 8080)];
+  for (const protocol of ["TCP", "UDP"] as const) {
+    const before = planOf([servicePort({ protocol })]);
+    const after = planOf([
+      servicePort({
+        protocol,
+        internal: { endpoints: moved, whenEmpty: "reject", reason: "" },
+        external: { endpoints: moved, whenEmpty: "reject", reason: "" },
+      }),
+    ]);
+    const [old, next] = [before, after].map((plan) => renderIpvs(plan, { scheduler: "rr" }));
+    const ops = diffIpvs(old!.virtualServers, next!.virtualServers).map((op) => op.kind);
+    const firstRemoval = ops.findIndex((kind) => kind === "delete-real" || kind === "edit-real");
+    assertEquals(ops.lastIndexOf("add-real") < firstRemoval, true, `${protocol}: ${ops}`);
+    const lines = renderIpsetRestoreDiff(old!, next!).split("\n");
+    const firstDel = lines.findIndex((line) => line.startsWith("del "));
+    const lastAdd = lines.findLastIndex((line) => line.startsWith("add "));
+    assertEquals(firstDel === -1 || lastAdd < firstDel, true, lines.join("\n"));
+  }
 });
 
 Deno.test("diffIpvs() of identical states is empty", () => {

@@ -107,6 +107,19 @@ Deno.test("diffListings() reports stale and missing blocks", () => {
   );
 });
 
+Deno.test("parseIptablesSave() reads a chain written under its alternate name as the upstream one", () => {
+  const save = (suffix: string) =>
+    `*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-NPX46M4PTMTKRN6Y${suffix} - [0:0]
+:KUBE-SEP-AAAAAAAAAAAAAAAA${suffix} - [0:0]
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-NPX46M4PTMTKRN6Y${suffix}
+-A KUBE-SVC-NPX46M4PTMTKRN6Y${suffix} -j KUBE-SEP-AAAAAAAAAAAAAAAA${suffix}
+COMMIT
+`;
+  assert.deepEqual(parseIptablesSave(save("-2")), parseIptablesSave(save("")));
+});
+
 Deno.test("parseIptablesSave() keeps KUBE-* chains per table, without counters", () => {
   const listing = parseIptablesSave(`*nat
 :PREROUTING ACCEPT [0:0]

@@ -9,6 +9,7 @@ import {
 } from "../../lib/exec.ts";
 import type { Plan } from "../../lib/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 const services = Array.from(
   { length: 20 },
@@ -25,6 +26,20 @@ const v6 = plan([
 
 function nftCalls(executor: FakeExecutor): RecordedCommand[] {
   return executor.calls.filter((c) => c.program === "nft");
+}
+
+/** The `nft -f -` inputs that edit kproxy's own tables (not only the load guard). */
+function tableLoads(executor: FakeExecutor): string[] {
+  return nftCalls(executor)
+    .filter((c) => c.args.join(" ") === "-f -" && /^\w+ \w+ ip6? kproxy /m.test(c.stdin ?? ""))
+    .map((c) => c.stdin!);
+}
+
+/** Answers `nft -c` (the load guard probe) as a kernel that refuses an armed guard. */
+function refusingProbe(command: RecordedCommand): CommandResult {
+  return command.args[0] === "-c"
+    ? { code: 1, stdout: "", stderr: "Error: Could not process rule: Operation not supported" }
+    : { code: 0, stdout: "", stderr: "" };
 }
 
 function withOneEndpointChanged(base: Plan, index: number): Plan {
@@ -46,8 +61,8 @@ function backend(executor: FakeExecutor, tcpBeLiberal = false) {
   return createNftablesBackend({ executor, config });
 }
 
-Deno.test("createNftablesBackend() full sync is one nft call with every family on stdin", async () => {
-  const executor = new FakeExecutor();
+Deno.test("createNftablesBackend() full sync is one guarded nft load with every family on stdin", async () => {
+  const executor = new FakeExecutor(refusingProbe);
   const result = await backend(executor).sync({
     plans: [v4, v6],
     previous: [],
@@ -56,14 +71,31 @@ Deno.test("createNftablesBackend() full sync is one nft call with every family o
   });
   assert.equal(result.full, true);
   const calls = nftCalls(executor);
-  assert.equal(calls.length, 1);
-  assert.deepEqual(calls[0]!.args, ["-f", "-"]);
-  const script = calls[0]!.stdin!;
-  assert.match(script, /^add table ip kproxy$/m);
-  assert.match(script, /^add table ip6 kproxy$/m);
-  assert.match(script, /^delete table ip6 kproxy$/m);
-  assert.ok(script.includes("172.30.2.19 . tcp . 80 : goto dnat-2-masq-nonlocal"));
+  assert.deepEqual(calls.map((c) => c.args.join(" ")), ["-f -", "-c -f -", "-f -"]);
+  assert.match(calls[0]!.stdin!, /^add table ip kproxy-guard \{ flags dormant ;/);
+  assert.equal(calls[1]!.stdin, "add rule ip kproxy-guard switch jump armed\n");
+  const [script, ...others] = tableLoads(executor);
+  assert.equal(others.length, 0);
+  assert.ok(script!.startsWith(calls[0]!.stdin! + calls[1]!.stdin!), "guard set-up, then the arm");
+  assert.ok(script!.endsWith("\nflush chain ip kproxy-guard switch\n"), "the disarm comes last");
+  assert.match(script!, /^add table ip kproxy$/m);
+  assert.match(script!, /^add table ip6 kproxy$/m);
+  assert.match(script!, /^delete table ip6 kproxy$/m);
+  assert.ok(script!.includes("172.30.2.19 . tcp . 80 : goto dnat-2-masq-nonlocal"));
   assert.equal(executor.calls.filter((c) => c.program === "sysctl").length, 0);
+});
+
+Deno.test("createNftablesBackend() probes the load guard once and warns when the kernel accepts it armed", async () => {
+  const executor = new FakeExecutor();
+  await withLogRecords(["kproxy", "nftables"], async (records) => {
+    const nft = backend(executor);
+    await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+    await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
+    const warnings = records.filter((r) => r.level === "warning");
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0]!.message.join(""), /accepted an armed nftables load guard/);
+  });
+  assert.equal(nftCalls(executor).filter((c) => c.args[0] === "-c").length, 1);
 });
 
 Deno.test("createNftablesBackend() partial sync after one endpoint change holds only that service", async () => {
@@ -78,9 +110,14 @@ Deno.test("createNftablesBackend() partial sync after one endpoint change holds 
     full: false,
   });
   assert.equal(result.full, false);
-  const script = nftCalls(executor)[1]!.stdin!;
-  assert.ok(!/^(add|delete) table/m.test(script));
-  assert.doesNotMatch(script, /^add (chain|rule) /m, "the preset dnat-1 chains are reused");
+  const script = tableLoads(executor)[1]!;
+  assert.ok(!/^(add|delete) table ip6? kproxy( |$)/m.test(script));
+  assert.doesNotMatch(
+    script,
+    /^add (chain|rule) ip kproxy /m,
+    "the preset dnat-1 chains are reused",
+  );
+  assert.ok(script.endsWith("\nflush chain ip kproxy-guard switch\n"), "guarded as well");
   assert.match(script, /172\.30\.2\.7 \. tcp \. 80 : goto dnat-1-masq-nonlocal/);
   assert.match(script, /172\.30\.2\.7 \. tcp \. 80 \. 0 : 10\.180\.9\.9 \. 8080/);
   assert.match(script, /tcp \. 30107 \. 0 : 10\.180\.9\.9 \. 8080/);
@@ -242,7 +279,8 @@ function replacing(executor: FakeExecutor) {
   });
 }
 
-const LISTED = "table ip kproxy\ntable inet firewalld\ntable ip kube-proxy\ntable ip nat\n";
+const LISTED =
+  "table ip kproxy\ntable ip kproxy-guard\ntable inet firewalld\ntable ip kube-proxy\ntable ip nat\n";
 
 Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables that exist, in one transaction", async () => {
   const executor = new FakeExecutor((command) =>
@@ -255,7 +293,8 @@ Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables
     ["list tables", undefined],
     [
       "-f -",
-      "add table ip kproxy\ndelete table ip kproxy\nadd table ip kube-proxy\ndelete table ip kube-proxy\n",
+      "add table ip kproxy\ndelete table ip kproxy\nadd table ip kproxy-guard\n" +
+      "delete table ip kproxy-guard\nadd table ip kube-proxy\ndelete table ip kube-proxy\n",
     ],
   ]);
   const empty = new FakeExecutor();
@@ -267,24 +306,31 @@ Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables
 
 Deno.test("createNftablesBackend() deletes the replaced tables in the transaction of its first full write", async () => {
   const executor = new FakeExecutor((command) =>
-    command.args[0] === "list"
-      ? { code: 0, stdout: LISTED, stderr: "" }
-      : { code: 0, stdout: "", stderr: "" }
+    command.args[0] === "list" ? { code: 0, stdout: LISTED, stderr: "" } : refusingProbe(command)
   );
   const nft = replacing(executor);
-  executor.reply({ code: 0, stdout: LISTED }, { code: 1, stderr: "Error: interrupted" });
+  // The first full sync: the listing, the guard's set-up, the probe, then a failing load.
+  executor.reply(
+    { code: 0, stdout: LISTED },
+    { code: 0 },
+    { code: 1, stderr: "Error: Could not process rule: Operation not supported" },
+    { code: 1, stderr: "Error: interrupted" },
+  );
   await assert.rejects(nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true }));
   await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
   await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
-  const loads = nftCalls(executor).filter((c) => c.args[0] === "-f");
+  const loads = tableLoads(executor);
   const deletions = "add table ip kube-proxy\ndelete table ip kube-proxy\n" +
     "add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n";
   assert.equal(loads.length, 3);
   for (const failedThenApplied of loads.slice(0, 2)) {
-    assert.match(failedThenApplied.stdin!, /^add table ip kproxy\n/);
-    assert.ok(failedThenApplied.stdin!.endsWith(deletions), "program first, then delete");
+    assert.match(failedThenApplied, /\nadd table ip kproxy\n/);
+    assert.ok(
+      failedThenApplied.endsWith(deletions + "flush chain ip kproxy-guard switch\n"),
+      "program first, then delete, in the guarded batch",
+    );
   }
-  assert.doesNotMatch(loads[2]!.stdin!, /kube-proxy/, "only until the first write succeeds");
+  assert.doesNotMatch(loads[2]!, /kube-proxy/, "only until the first write succeeds");
 });
 
 Deno.test("createNftablesBackend() sets nf_conntrack_tcp_be_liberal once when configured", async () => {
