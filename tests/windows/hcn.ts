@@ -19,6 +19,7 @@ import {
   type Executor,
   spawnCommand,
 } from "../../lib/exec.ts";
+import { ANY_ARGUMENTS, commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
 
 const HERE = new URL(".", import.meta.url).pathname;
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -261,7 +262,10 @@ export class StandInExecutor implements Executor {
   readonly #tools: PwshTools;
   readonly #state: HcnState;
   readonly #timeoutMs?: number;
-  readonly #real = new DenoExecutor({ allowedPrograms: ["env"] });
+  readonly #real = new DenoExecutor({
+    allowedPrograms: ["env"],
+    policy: { env: ANY_ARGUMENTS },
+  });
   /** PowerShell scripts run, in order. */
   readonly scripts: string[] = [];
 
@@ -276,6 +280,10 @@ export class StandInExecutor implements Executor {
       return Promise.reject(
         new Error(`Cannot run "${command.program}": the HCN stand-in runs only pwsh`),
       );
+    }
+    const refused = commandRefusal(command, KPROXY_COMMAND_POLICY);
+    if (refused !== undefined) {
+      return Promise.reject(new Error(`Cannot run "${command.program}": ${refused}`));
     }
     this.scripts.push(typeof command.stdin === "string" ? command.stdin : "");
     return this.#real.run({
