@@ -9,7 +9,7 @@
  * @module
  */
 
-import { main } from "./lib/app.ts";
+import { main } from "./lib/commands/app.ts";
 
 export { main };
 

@@ -5,9 +5,9 @@
  * @module
  */
 
-import type { Config, ProxyMode } from "../lib/config_types.ts";
-import type { Executor } from "../lib/exec.ts";
-import type { Backend } from "./backend.ts";
+import type { Config, ProxyMode } from "../lib/config/types.ts";
+import type { Executor } from "../lib/shell/exec.ts";
+import type { Backend } from "../lib/core/backend.ts";
 import { type ChainOwnership, isIptablesModeChain } from "./iptables/chains.ts";
 import { isIpvsModeChain } from "./ipvs/iptables.ts";
 
@@ -55,13 +55,15 @@ export const LEFTOVERS: Readonly<Record<ProxyMode, Takeover>> = {
 
 const LOADERS: Readonly<Record<ProxyMode, Loader>> = {
   nftables: async (options) =>
-    (await import("./nftables/mod.ts")).createNftablesBackend({
+    (await import("./nftables/applier.ts")).createNftablesBackend({
       ...options,
       replacedTables: LEFTOVERS.nftables.replacesTables,
     }),
-  iptables: async (options) => (await import("./iptables/mod.ts")).createIptablesBackend(options),
-  ipvs: async (options) => (await import("./ipvs/mod.ts")).createIpvsBackend(options),
-  kernelspace: async (options) => (await import("./windows/mod.ts")).createWindowsBackend(options),
+  iptables: async (options) =>
+    (await import("./iptables/applier.ts")).createIptablesBackend(options),
+  ipvs: async (options) => (await import("./ipvs/applier.ts")).createIpvsBackend(options),
+  kernelspace: async (options) =>
+    (await import("./windows/applier.ts")).createWindowsBackend(options),
 };
 
 /** Every mode the registry knows, in `--cleanup` order. */

@@ -16,10 +16,14 @@
  */
 
 import { parseArgs } from "node:util";
-import { toPortRange } from "../lib/config.ts";
-import type { PortRange } from "../lib/config_types.ts";
-import { denoFlags, HEALTH_CHECK_NODE_PORT_HOST, permissionsFor } from "../lib/permissions.ts";
-import { SERVICE_ACCOUNT_DIR } from "../lib/source/kubeconfig.ts";
+import { toPortRange } from "../lib/config/command_line.ts";
+import type { PortRange } from "../lib/config/types.ts";
+import {
+  denoFlags,
+  HEALTH_CHECK_NODE_PORT_HOST,
+  permissionsFor,
+} from "../lib/shell/permissions.ts";
+import { SERVICE_ACCOUNT_DIR } from "../lib/shell/source/kubeconfig.ts";
 
 /** Build targets and where their configuration lives on the node. */
 export const TARGETS = {

@@ -16,7 +16,7 @@ import {
   hash16,
   serviceChainNames,
 } from "../backends/iptables/names.ts";
-import type { Plan, ServicePortPlan } from "../lib/plan.ts";
+import type { Plan, ServicePortPlan } from "../lib/core/plan.ts";
 
 /** The nfacct counters kube-proxy's iptables rules name; they must exist before the rules load. */
 export const KUBE_PROXY_NFACCT = ["ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts"];

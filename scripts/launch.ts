@@ -11,8 +11,8 @@
  * @module
  */
 
-import { ConfigError, parseCommandLine } from "../lib/config.ts";
-import { denoFlags, permissionInputFor, permissionsFor } from "../lib/permissions.ts";
+import { ConfigError, parseCommandLine } from "../lib/config/command_line.ts";
+import { denoFlags, permissionInputFor, permissionsFor } from "../lib/shell/permissions.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
 

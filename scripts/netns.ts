@@ -20,8 +20,8 @@
  * @module
  */
 
-import type { Command, CommandResult, Executor } from "../lib/exec.ts";
-import { runChecked, spawnCommand } from "../lib/exec.ts";
+import type { Command, CommandResult, Executor } from "../lib/shell/exec.ts";
+import { runChecked, spawnCommand } from "../lib/shell/exec.ts";
 
 /** Runs every command inside one network namespace through `ip netns exec`. */
 export class NetnsExecutor implements Executor {

@@ -23,10 +23,10 @@
  * @module
  */
 
-import { planOnce, stableJson } from "../lib/app.ts";
-import { parseDuration } from "../lib/config.ts";
-import { KubeSource } from "../lib/source/kube.ts";
-import { FakeApiServer, writeKubeconfig } from "../tests/e2e/fake_apiserver.ts";
+import { planOnce, stableJson } from "../lib/commands/app.ts";
+import { parseDuration } from "../lib/config/command_line.ts";
+import { KubeSource } from "../lib/shell/source/kube.ts";
+import { FakeApiServer, writeKubeconfig } from "./testbed/fake_apiserver.ts";
 import {
   canonicalTable,
   createNamespace,
@@ -46,7 +46,7 @@ import {
   Topology,
   TrafficLoop,
   waitFor,
-} from "../tests/faults/harness.ts";
+} from "./testbed/harness.ts";
 
 /** Options for {@linkcode runSoak}. */
 export interface SoakOptions {

@@ -13,14 +13,14 @@ import { isIptablesModeChain } from "../backends/iptables/chains.ts";
 import { splitSave } from "../backends/iptables/cleanup.ts";
 import { isIpvsModeChain } from "../backends/ipvs/iptables.ts";
 import { parseTableList } from "../backends/nftables/render.ts";
-import { type Executor, runChecked } from "../lib/exec.ts";
-import type { Plan } from "../lib/plan.ts";
+import { type Executor, runChecked } from "../lib/shell/exec.ts";
+import type { Plan } from "../lib/core/plan.ts";
 import {
   KUBE_PROXY_NFACCT,
   renderKubeProxyIptables,
   renderKubeProxyNftables,
 } from "./kube_proxy_rules.ts";
-import { main } from "../lib/app.ts";
+import { main } from "../lib/commands/app.ts";
 import { endpointOf, familyPlan, servicePort } from "../tests/kernel/cases.ts";
 import {
   type ApiObject,
@@ -30,7 +30,7 @@ import {
   sliceObject,
   startKproxy,
   waitFor,
-} from "../tests/faults/harness.ts";
+} from "./testbed/harness.ts";
 import { ADDRESSES, NetnsExecutor, type Pod, type Topology } from "./netns.ts";
 
 /** The kube-proxy a switch starts from (takeover) or goes to (hand-back). */

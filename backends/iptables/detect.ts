@@ -6,8 +6,8 @@
  * @module
  */
 
-import type { IpFamily } from "../../lib/model.ts";
-import type { Executor } from "../../lib/exec.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Executor } from "../../lib/shell/exec.ts";
 
 /** Which netfilter backend the iptables binaries talk to. */
 export type IptablesVariant = "nft" | "legacy";

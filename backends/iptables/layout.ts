@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { type ServiceChainNames, serviceChainNames, servicePortName } from "./names.ts";
 
 /** The chains of one service port, as upstream's `syncProxyRules` arranges them. */

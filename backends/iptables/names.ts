@@ -9,7 +9,7 @@
  */
 
 import { createHash } from "node:crypto";
-import type { PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 
 const BASE32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 

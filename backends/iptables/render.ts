@@ -7,9 +7,14 @@
  * @module
  */
 
-import type { IpFamily } from "../../lib/model.ts";
-import type { LocalTrafficDetector, Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
-import { cidrContains } from "../../lib/ip.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type {
+  LocalTrafficDetector,
+  Plan,
+  PlanEndpoint,
+  ServicePortPlan,
+} from "../../lib/core/plan.ts";
+import { cidrContains } from "../../lib/core/ip.ts";
 import { type BaseJump, baseJumpArgs, Chains, type IptablesTable, isOwnedChain } from "./chains.ts";
 import { type ServiceLayout, serviceLayout } from "./layout.ts";
 import {

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { IpFamily } from "../../lib/model.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
 import type { IptablesTable } from "./chains.ts";
 import { MAX_CHAIN_NAME_LENGTH } from "./names.ts";
 

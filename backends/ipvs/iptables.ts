@@ -11,8 +11,8 @@
  * @module
  */
 
-import type { IpFamily } from "../../lib/model.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import type { ChainOwnership } from "../iptables/chains.ts";
 import { type IpsetKey, ipsetName, validateCidr } from "./render.ts";
 

@@ -6,7 +6,7 @@
  */
 
 import { isIP } from "node:net";
-import type { Protocol } from "../../lib/model.ts";
+import type { Protocol } from "../../lib/core/model.ts";
 import { type RealServer, realServerKey, type VirtualServer, virtualServerKey } from "./render.ts";
 
 /** Parses `addr:port` or `[v6addr]:port`. */

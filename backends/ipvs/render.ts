@@ -8,11 +8,11 @@
  */
 
 import { isIP } from "node:net";
-import type { IpFamily, Protocol } from "../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
-import { IPVS_SCHEDULERS } from "../../lib/config_types.ts";
+import type { IpFamily, Protocol } from "../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
+import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
 
-export { IPVS_SCHEDULERS } from "../../lib/config_types.ts";
+export { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
 
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
@@ -176,7 +176,7 @@ export function hostPort(address: string, port: number): string {
  * @throws {TypeError} when the scheduler or a value in the plan is invalid
  * @example Usage
  * ```ts
- * import { emptyPlan } from "../../lib/plan.ts";
+ * import { emptyPlan } from "../../lib/core/plan.ts";
  * const state = renderIpvs(emptyPlan("IPv4"), { scheduler: "rr" });
  * console.assert(state.virtualServers.length === 0);
  * ```

@@ -21,8 +21,8 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "../../lib/clock.ts";
-import type { Executor } from "../../lib/exec.ts";
+import { type Clock, systemClock } from "../../lib/shell/clock.ts";
+import type { Executor } from "../../lib/shell/exec.ts";
 import type { TableRef } from "./transaction.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);

@@ -14,8 +14,8 @@
  * @module
  */
 
-import { isDNS1123Label } from "../../lib/parse.ts";
-import type { ServicePortPlan } from "../../lib/plan.ts";
+import { isDNS1123Label } from "../../lib/core/parse.ts";
+import type { ServicePortPlan } from "../../lib/core/plan.ts";
 
 /** Object kinds named per service port. */
 export type ServiceObjectKind = "svc" | "ext" | "aff" | "affx";

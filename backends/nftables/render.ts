@@ -43,9 +43,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { IpFamily } from "../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/plan.ts";
-import { canonicalIP, collapseCIDRs, ipFamily, parseCIDR } from "../../lib/ip.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/core/plan.ts";
+import { canonicalIP, collapseCIDRs, ipFamily, parseCIDR } from "../../lib/core/ip.ts";
 import { objectName, serviceNameSuffix } from "./names.ts";
 import {
   Chain,

@@ -13,8 +13,8 @@
 
 import { createHash } from "node:crypto";
 import { isIP } from "node:net";
-import type { IpFamily, Protocol } from "../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { IpFamily, Protocol } from "../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
 export const KPROXY_ID_PREFIX = "6b70726f";

@@ -14,7 +14,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { FakeApiServer, RESOURCE_PATHS, writeKubeconfig } from "../../tests/e2e/fake_apiserver.ts";
+import { FakeApiServer, RESOURCE_PATHS, writeKubeconfig } from "../testbed/fake_apiserver.ts";
 import { fillCluster } from "./cluster.ts";
 
 /**

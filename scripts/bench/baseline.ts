@@ -10,7 +10,7 @@
  */
 
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 import { withNamespace } from "./harness.ts";
 

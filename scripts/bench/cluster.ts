@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { ApiObject, FakeApiServer } from "../../tests/e2e/fake_apiserver.ts";
+import type { ApiObject, FakeApiServer } from "../testbed/fake_apiserver.ts";
 
 /** Size of a synthetic cluster. */
 export interface ClusterSize {

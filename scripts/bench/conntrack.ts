@@ -14,8 +14,8 @@
  * @module
  */
 
-import { ConntrackReconciler } from "../../lib/conntrack_reconciler.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import { ConntrackReconciler } from "../../lib/shell/conntrack_reconciler.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 import { median, withNamespace } from "./harness.ts";
 

@@ -9,11 +9,11 @@
  * @module
  */
 
-import type { Backend } from "../../backends/backend.ts";
-import { createIptablesBackend } from "../../backends/iptables/mod.ts";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import type { Plan, PlanEndpoint } from "../../lib/plan.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import type { Plan, PlanEndpoint } from "../../lib/core/plan.ts";
 import { NetnsExecutor, Topology } from "../netns.ts";
 import { benchPlan } from "./plan.ts";
 

@@ -6,8 +6,8 @@
  * @module
  */
 
-import "../../lib/app.ts";
-import "../../lib/source/kube.ts";
+import "../../lib/commands/app.ts";
+import "../../lib/shell/source/kube.ts";
 import "../../backends/registry.ts";
 
 if (import.meta.main) {

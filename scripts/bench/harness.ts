@@ -6,9 +6,9 @@
  * @module
  */
 
-import type { Backend } from "../../backends/backend.ts";
-import type { Command, CommandResult, Executor } from "../../lib/exec.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import type { Command, CommandResult, Executor } from "../../lib/shell/exec.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 
 /** Prefix of every namespace the bench creates. */

@@ -7,8 +7,8 @@
  * @module
  */
 
-import { main, type RunningApp } from "../../lib/app.ts";
-import { FakeApiServer, writeKubeconfig } from "../../tests/e2e/fake_apiserver.ts";
+import { main, type RunningApp } from "../../lib/commands/app.ts";
+import { FakeApiServer, writeKubeconfig } from "../testbed/fake_apiserver.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 import { type ClusterSize, endpointIP, fillCluster, kproxyArgs, sliceObject } from "./cluster.ts";
 import { median, TimingExecutor, waitFor, withNamespace } from "./harness.ts";

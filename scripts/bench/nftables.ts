@@ -13,10 +13,10 @@
  * @module
  */
 
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { renderFull } from "../../backends/nftables/render.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import type { Plan } from "../../lib/plan.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
 import { median, timeFullThenOneChange } from "./harness.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpointNode } from "./cluster.ts";
 
 function endpoint(address: number, nodeName: string): PlanEndpoint {

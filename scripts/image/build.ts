@@ -22,7 +22,7 @@
 
 import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { LINUX_PROGRAMS } from "../../lib/permissions.ts";
+import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
 import { runTool } from "./command.ts";
 import { downloadClosure, sha256File, unpackPackages } from "./debian.ts";
 import { writeImageArchive } from "./oci.ts";

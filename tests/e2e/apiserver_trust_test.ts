@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { FakeApiServer, writeKubeconfig } from "./fake_apiserver.ts";
+import { FakeApiServer, writeKubeconfig } from "../../scripts/testbed/fake_apiserver.ts";
 import {
   issueCertificate,
   type KeyPair,

@@ -6,8 +6,8 @@
  * @module
  */
 
-import { type Command, DenoExecutor } from "../../lib/exec.ts";
-import { LINUX_PROGRAMS } from "../../lib/permissions.ts";
+import { type Command, DenoExecutor } from "../../lib/shell/exec.ts";
+import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
 
 /** The commands tried, by name. */
 export const PROBES: Readonly<Record<string, Command>> = {

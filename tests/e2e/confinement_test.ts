@@ -5,8 +5,8 @@
  * outside its list.
  */
 import assert from "node:assert/strict";
-import { parseCommandLine } from "../../lib/config.ts";
-import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/permissions.ts";
+import { parseCommandLine } from "../../lib/config/command_line.ts";
+import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/shell/permissions.ts";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
 import { PROBES } from "./confinement_probe.ts";
 

@@ -6,7 +6,12 @@
  * kernel has neither IPVS nor dummy interfaces).
  */
 import assert from "node:assert/strict";
-import { KproxyProcess, manifestText, serviceObject, sliceObject } from "../faults/harness.ts";
+import {
+  KproxyProcess,
+  manifestText,
+  serviceObject,
+  sliceObject,
+} from "../../scripts/testbed/harness.ts";
 import { netnsSkipReason } from "../support/netns_check.ts";
 
 /** The system PATH (the test runs with `--ignore-env`, so it cannot read its own). */

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
-import { KubeSource, type KubeSourceOptions } from "../../lib/source/kube.ts";
-import type { SourceEvent } from "../../lib/source/source.ts";
-import { Tracker } from "../../lib/tracker.ts";
+import { KubeSource, type KubeSourceOptions } from "../../lib/shell/source/kube.ts";
+import type { SourceEvent } from "../../lib/core/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
 import {
   type ApiObject,
   FakeApiServer,
   type FakeApiServerOptions,
   writeKubeconfig,
-} from "./fake_apiserver.ts";
+} from "../../scripts/testbed/fake_apiserver.ts";
 import { testCertificates } from "../support/tls.ts";
 
 function service(name: string, extra: ApiObject = {}): ApiObject {

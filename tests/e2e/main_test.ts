@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { RecordingBackend } from "../../backends/recording.ts";
-import { main, type RunningApp } from "../../lib/app.ts";
+import { RecordingBackend } from "../support/recording_backend.ts";
+import { main, type RunningApp } from "../../lib/commands/app.ts";
 
 /** Inherited environment, minus Rust backtraces (the test environment sets RUST_BACKTRACE=1). */
 const QUIET_ENV = { RUST_BACKTRACE: "0" };

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { RecordingBackend } from "../../backends/recording.ts";
-import { main, type RunningApp } from "../../lib/app.ts";
+import { RecordingBackend } from "../support/recording_backend.ts";
+import { main, type RunningApp } from "../../lib/commands/app.ts";
 import {
   dashboardQueries,
   exposedFamilies,

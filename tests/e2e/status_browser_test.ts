@@ -3,8 +3,8 @@
  * screenshot is kept as docs/statusz.png (rewritten with `-- --update`).
  */
 import assert from "node:assert/strict";
-import { RecordingBackend } from "../../backends/recording.ts";
-import { main, type RunningApp } from "../../lib/app.ts";
+import { RecordingBackend } from "../support/recording_backend.ts";
+import { main, type RunningApp } from "../../lib/commands/app.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const CHROMIUM = "/usr/bin/chromium";

@@ -6,9 +6,9 @@
  * kproxy runs.
  */
 import assert from "node:assert/strict";
-import { parseCommandLine } from "../../lib/config.ts";
-import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/permissions.ts";
-import { manifestText, serviceObject, sliceObject } from "../faults/harness.ts";
+import { parseCommandLine } from "../../lib/config/command_line.ts";
+import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/shell/permissions.ts";
+import { manifestText, serviceObject, sliceObject } from "../../scripts/testbed/harness.ts";
 import { netnsSkipReason } from "../support/netns_check.ts";
 
 const MAIN = new URL("../../main.ts", import.meta.url).pathname;

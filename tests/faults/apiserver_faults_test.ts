@@ -10,8 +10,8 @@
  */
 
 import assert from "node:assert/strict";
-import { KubeSource } from "../../lib/source/kube.ts";
-import { FakeApiServer, writeKubeconfig } from "../e2e/fake_apiserver.ts";
+import { KubeSource } from "../../lib/shell/source/kube.ts";
+import { FakeApiServer, writeKubeconfig } from "../../scripts/testbed/fake_apiserver.ts";
 import {
   answeringPods,
   canonicalTable,
@@ -28,7 +28,7 @@ import {
   type Topology,
   TrafficLoop,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

@@ -10,12 +10,17 @@
  */
 
 import assert from "node:assert/strict";
-import { createIptablesBackend } from "../../backends/iptables/mod.ts";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
-import type { Backend } from "../../backends/backend.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import { type Command, type CommandResult, type Executor, stdinWrites } from "../../lib/exec.ts";
-import type { Plan, ServicePortPlan } from "../../lib/plan.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import {
+  type Command,
+  type CommandResult,
+  type Executor,
+  stdinWrites,
+} from "../../lib/shell/exec.ts";
+import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { benchPlan } from "../../scripts/bench/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 import {
@@ -31,7 +36,7 @@ import {
   HostExecutor,
   NetnsExecutor,
   Topology,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const nftSkip = await faultsSkipReason(["nft"]);
 

@@ -25,7 +25,7 @@ import {
   startKproxy,
   type Topology,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft", "iptables-restore"]);
 

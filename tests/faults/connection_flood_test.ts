@@ -29,7 +29,7 @@ import {
   sliceObject,
   TrafficLoop,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft", "curl", "prlimit"]);
 

@@ -9,8 +9,8 @@
  */
 
 import assert from "node:assert/strict";
-import { KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
-import { DenoExecutor } from "../../lib/exec.ts";
+import { KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
+import { DenoExecutor } from "../../lib/shell/exec.ts";
 import {
   ADDRESSES,
   createFaultTopology,
@@ -25,7 +25,7 @@ import {
   startKproxy,
   type Topology,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft", "iptables-restore", "conntrack"]);
 

@@ -27,7 +27,7 @@ import {
   sliceObject,
   Topology,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

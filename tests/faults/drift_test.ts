@@ -8,8 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
-import { defaultConfig } from "../../lib/config.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
 import {
   assertServedBy,
   canonicalTable,
@@ -27,7 +27,7 @@ import {
   startKproxy,
   type Topology,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

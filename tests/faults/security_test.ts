@@ -28,7 +28,7 @@ import {
   sliceObject,
   startKproxy,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft", "curl"]);
 

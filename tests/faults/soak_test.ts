@@ -25,7 +25,7 @@ import {
   startKproxy,
   Topology,
   waitFor,
-} from "./harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

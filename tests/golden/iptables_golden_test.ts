@@ -15,7 +15,7 @@ import {
   renderFullSync,
   renderPartialSync,
 } from "../../backends/iptables/render.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES } from "./iptables/fixtures.ts";
 import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 

@@ -8,7 +8,7 @@ import {
   renderIpvsadmRestore,
 } from "../../backends/ipvs/render.ts";
 import { renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
-import { spawnCommand } from "../../lib/exec.ts";
+import { spawnCommand } from "../../lib/shell/exec.ts";
 import { planOf, SCENARIOS, servicePort } from "./ipvs/plans.ts";
 
 const GOLDEN_DIR = new URL("./ipvs/", import.meta.url);

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { parseCanaryGeneration, renderFull, renderIncremental } from "../../backends/nftables/render.ts";
-import type { ServicePortPlan } from "../../lib/plan.ts";
+import type { ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, GOLDEN_PLANS, incrementalCase, plan, servicePort } from "./nftables/fixtures.ts";
 import { nftUnavailable, withNftNamespace } from "./nftables/nft_check.ts";
 

@@ -1,8 +1,8 @@
 import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
-import { diffHns } from "../../backends/windows/mod.ts";
+import { diffHns } from "../../backends/windows/applier.ts";
 import { renderWindows, type WindowsRenderOptions } from "../../backends/windows/render.ts";
 import { PROLOGUE, renderListScript, renderSyncScript } from "../../backends/windows/script.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort } from "./ipvs/plans.ts";
 
 const GOLDEN_DIR = new URL("./windows/", import.meta.url);

@@ -7,19 +7,19 @@
  */
 
 import assert from "node:assert/strict";
-import type { Backend } from "../../backends/backend.ts";
-import type { IpFamily, Protocol } from "../../lib/model.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type {
   ClusterIPMasquerade,
   NoEndpointsVerdict,
   Plan,
   PlanEndpoint,
   ServicePortPlan,
-} from "../../lib/plan.ts";
-import { servicePortId } from "../../lib/plan.ts";
-import { planNode } from "../../lib/planner.ts";
-import type { ObjectKind } from "../../lib/source/source.ts";
-import { Tracker } from "../../lib/tracker.ts";
+} from "../../lib/core/plan.ts";
+import { servicePortId } from "../../lib/core/plan.ts";
+import { planNode } from "../../lib/core/planner.ts";
+import type { ObjectKind } from "../../lib/core/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
 import { ADDRESSES, type Pod, type Reply, type RequestSpec, type Topology } from "./netns.ts";
 
 /** A proxy mode as the kernel tests run it. */

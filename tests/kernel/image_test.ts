@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
-import { SERVICE_ACCOUNT_DIR } from "../../lib/source/kubeconfig.ts";
+import { SERVICE_ACCOUNT_DIR } from "../../lib/shell/source/kubeconfig.ts";
 import { testCertificates } from "../support/tls.ts";
 import { kernelSkipReason, Topology } from "./netns.ts";
 

@@ -1,6 +1,6 @@
 import { createTestTopology, kernelSkipReason, NetnsExecutor, testConfig } from "./netns.ts";
 import { runKernelCases } from "./run_cases.ts";
-import { createIptablesBackend } from "../../backends/iptables/mod.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 
 for (const variant of ["nft", "legacy"] as const) {
   const tools = [`iptables-${variant}-restore`, `ip6tables-${variant}-restore`, "conntrack"];

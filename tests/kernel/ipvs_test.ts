@@ -6,7 +6,7 @@ import {
   testConfig,
 } from "./netns.ts";
 import { runKernelCases } from "./run_cases.ts";
-import { createIpvsBackend } from "../../backends/ipvs/mod.ts";
+import { createIpvsBackend } from "../../backends/ipvs/applier.ts";
 
 const baseReason = await kernelSkipReason(["ipvsadm", "conntrack"]);
 const ipvsReason = baseReason ?? await ipvsUnavailableReason();

@@ -6,7 +6,7 @@
  * kube-proxy's still exist during a takeover (`renderFull`).
  */
 import assert from "node:assert/strict";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { KUBE_PROXY_MODES, loadKubeProxyRules } from "../../scripts/takeover.ts";
 import { endpointOf, familyPlan, servicePort } from "./cases.ts";
 import {

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Config } from "../../lib/config_types.ts";
+import type { Config } from "../../lib/config/types.ts";
 import { kernelUnavailableReason, Topology } from "../../scripts/netns.ts";
 
 export {

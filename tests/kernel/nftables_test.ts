@@ -1,6 +1,6 @@
 import { createTestTopology, kernelSkipReason, NetnsExecutor, testConfig } from "./netns.ts";
 import { runKernelCases } from "./run_cases.ts";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 
 const skipReason = await kernelSkipReason(["nft", "conntrack"]);
 

@@ -5,9 +5,9 @@
  * @module
  */
 
-import type { Backend } from "../../backends/backend.ts";
-import { ConntrackReconciler } from "../../lib/conntrack_reconciler.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import { ConntrackReconciler } from "../../lib/shell/conntrack_reconciler.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { type CaseContext, KERNEL_CASES, type KernelCase, type KernelMode } from "./cases.ts";
 import { NetnsExecutor, type Topology } from "./netns.ts";
 

@@ -24,7 +24,7 @@ import {
   sliceObject,
   Topology,
   waitFor,
-} from "../faults/harness.ts";
+} from "../../scripts/testbed/harness.ts";
 import { sandboxed } from "../support/systemd_sandbox.ts";
 
 const root = new URL("../../", import.meta.url).pathname;

@@ -17,7 +17,7 @@ import {
   SCENARIO_TARGETS,
   takeOver,
 } from "../../scripts/takeover.ts";
-import { serviceObject, waitFor } from "../faults/harness.ts";
+import { serviceObject, waitFor } from "../../scripts/testbed/harness.ts";
 import {
   createTestTopology,
   ipvsUnavailableReason,

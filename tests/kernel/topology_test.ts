@@ -6,11 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { modelService } from "../support/model_fixtures.ts";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
-import type { EndpointHints, EndpointSlice, Node, Service } from "../../lib/model.ts";
-import type { Plan } from "../../lib/plan.ts";
-import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/planner.ts";
-import type { ClusterState } from "../../lib/state.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import type { EndpointHints, EndpointSlice, Node, Service } from "../../lib/core/model.ts";
+import type { Plan } from "../../lib/core/plan.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/core/planner.ts";
+import type { ClusterState } from "../../lib/core/state.ts";
 import {
   ADDRESSES,
   createTestTopology,

@@ -15,8 +15,8 @@
  */
 
 import fc from "fast-check";
-import type { ObjectKind, SourceEvent } from "../../lib/source/source.ts";
-import type { PlannerOptions } from "../../lib/planner.ts";
+import type { ObjectKind, SourceEvent } from "../../lib/core/source.ts";
+import type { PlannerOptions } from "../../lib/core/planner.ts";
 
 type Json = Record<string, unknown>;
 

@@ -6,8 +6,8 @@ import {
   type ParseResult,
   parseService,
   parseServiceCIDR,
-} from "../../lib/parse.ts";
-import type { EndpointSlice, Node, Service, ServiceCIDR } from "../../lib/model.ts";
+} from "../../lib/core/parse.ts";
+import type { EndpointSlice, Node, Service, ServiceCIDR } from "../../lib/core/model.ts";
 import {
   cidrArb,
   fuzzRuns,

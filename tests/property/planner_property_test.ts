@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { Tracker } from "../../lib/tracker.ts";
-import { type PlannerOptions, planNode } from "../../lib/planner.ts";
-import type { NodePlans } from "../../lib/plan.ts";
-import { specialAddress } from "../../lib/ip.ts";
-import type { SourceEvent } from "../../lib/source/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
+import { type PlannerOptions, planNode } from "../../lib/core/planner.ts";
+import type { NodePlans } from "../../lib/core/plan.ts";
+import { specialAddress } from "../../lib/core/ip.ts";
+import type { SourceEvent } from "../../lib/core/source.ts";
 import {
   clusterArb,
   fuzzRuns,

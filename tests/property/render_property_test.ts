@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { Tracker } from "../../lib/tracker.ts";
-import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/planner.ts";
-import type { NodePlans, Plan, ServicePortPlan } from "../../lib/plan.ts";
-import type { SourceEvent } from "../../lib/source/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/core/planner.ts";
+import type { NodePlans, Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import type { SourceEvent } from "../../lib/core/source.ts";
 import * as nft from "../../backends/nftables/render.ts";
 import * as ipt from "../../backends/iptables/render.ts";
-import { cidrContains, parseCIDR } from "../../lib/ip.ts";
+import { cidrContains, parseCIDR } from "../../lib/core/ip.ts";
 import { type CheckTool, NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 import {
   clusterArb,

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { FileSource } from "../../lib/source/file.ts";
+import { FileSource } from "../../lib/shell/source/file.ts";
 
 const dir = Deno.args[0];
 if (dir === undefined) throw new Error("Cannot probe: no directory given");

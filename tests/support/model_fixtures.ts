@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { Service } from "../../lib/model.ts";
+import type { Service } from "../../lib/core/model.ts";
 
 /** A ClusterIP Service `default/<name>` on 10.96.0.10, port 80/TCP → 8080, unless overridden. */
 export function modelService(spec: Partial<Service> & { name: string }): Service {

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { spawnCommand } from "../../lib/exec.ts";
+import { spawnCommand } from "../../lib/shell/exec.ts";
 
 /** The programs a {@linkcode NetnsChecker} can run, by what they validate. */
 export type CheckTool =

@@ -12,7 +12,11 @@
 
 import { parseArgs } from "node:util";
 import { parseAllDocuments } from "yaml";
-import { type ApiObject, FakeApiServer, type Resource } from "../e2e/fake_apiserver.ts";
+import {
+  type ApiObject,
+  FakeApiServer,
+  type Resource,
+} from "../../scripts/testbed/fake_apiserver.ts";
 
 const RESOURCES: Readonly<Record<string, Resource>> = {
   Service: "services",

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { Backoff, sleep } from "../../lib/source/backoff.ts";
+import { Backoff, sleep } from "../../lib/shell/source/backoff.ts";
 
 Deno.test("Backoff.next() doubles up to the cap and reset() starts over", () => {
   const backoff = new Backoff({ initialMs: 1000, maxMs: 30000, jitter: 0 });

@@ -1,13 +1,17 @@
 import assert from "node:assert/strict";
 import { createBackend } from "../../backends/registry.ts";
-import { planOnce } from "../../lib/app.ts";
-import { ANY_ARGUMENTS, commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import type { ProxyMode } from "../../lib/config_types.ts";
-import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/conntrack.ts";
-import { kernelDiff } from "../../lib/diff.ts";
-import { type Command, DenoExecutor, FakeExecutor } from "../../lib/exec.ts";
-import { LINUX_PROGRAMS, MODE_PROGRAMS } from "../../lib/permissions.ts";
+import { planOnce } from "../../lib/commands/app.ts";
+import {
+  ANY_ARGUMENTS,
+  commandRefusal,
+  KPROXY_COMMAND_POLICY,
+} from "../../lib/shell/command_policy.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import type { ProxyMode } from "../../lib/config/types.ts";
+import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/core/conntrack.ts";
+import { kernelDiff } from "../../lib/commands/diff.ts";
+import { type Command, DenoExecutor, FakeExecutor } from "../../lib/shell/exec.ts";
+import { LINUX_PROGRAMS, MODE_PROGRAMS } from "../../lib/shell/permissions.ts";
 
 const manifests = new URL("../../scripts/manifests", import.meta.url).pathname;
 

@@ -9,8 +9,8 @@ import {
   helpText,
   parseCommandLine,
   parseDuration,
-} from "../../lib/config.ts";
-import type { Config, ProxyMode } from "../../lib/config_types.ts";
+} from "../../lib/config/command_line.ts";
+import type { Config, ProxyMode } from "../../lib/config/types.ts";
 
 /** An environment with in-memory files and host name "Node-A". */
 function env(files: Record<string, string> = {}) {

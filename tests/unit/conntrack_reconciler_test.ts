@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { ConntrackReconciler } from "../../lib/conntrack_reconciler.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
-import { ProxyMetrics } from "../../lib/metrics.ts";
-import type { Plan, ServicePortPlan } from "../../lib/plan.ts";
-import { commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
+import { ConntrackReconciler } from "../../lib/shell/conntrack_reconciler.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { ProxyMetrics } from "../../lib/shell/metrics.ts";
+import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
 import { withLogRecords } from "../support/logs.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 

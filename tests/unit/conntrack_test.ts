@@ -6,9 +6,9 @@ import {
   mayLeaveStaleFlows,
   parseConntrackLine,
   ServiceFrontends,
-} from "../../lib/conntrack.ts";
-import type { Protocol } from "../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+} from "../../lib/core/conntrack.ts";
+import type { Protocol } from "../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 
 // The addresses of upstream's TestCleanStaleEntries (pkg/proxy/conntrack/cleanup_test.go).

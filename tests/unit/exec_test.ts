@@ -7,9 +7,9 @@ import {
   runChecked,
   STDIN_CHUNK,
   stdinWrites,
-} from "../../lib/exec.ts";
-import { ANY_ARGUMENTS } from "../../lib/command_policy.ts";
-import { readSysctl, setSysctls } from "../../lib/sysctl.ts";
+} from "../../lib/shell/exec.ts";
+import { ANY_ARGUMENTS } from "../../lib/shell/command_policy.ts";
+import { readSysctl, setSysctls } from "../../lib/shell/sysctl.ts";
 
 const TEST_PROGRAMS = ["sh", "cat", "kp-no-such-program"];
 const shellExecutor = new DenoExecutor({

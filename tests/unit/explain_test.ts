@@ -7,12 +7,12 @@ import {
   formatExplanation,
   parseDestination,
   runExplain,
-} from "../../lib/explain.ts";
-import { type PlannerOptions, planNode } from "../../lib/planner.ts";
-import { parseManifest } from "../../lib/source/file.ts";
-import type { ObjectKind } from "../../lib/source/source.ts";
-import type { ClusterState } from "../../lib/state.ts";
-import { Tracker } from "../../lib/tracker.ts";
+} from "../../lib/commands/explain.ts";
+import { type PlannerOptions, planNode } from "../../lib/core/planner.ts";
+import { parseManifest } from "../../lib/shell/source/file.ts";
+import type { ObjectKind } from "../../lib/core/source.ts";
+import type { ClusterState } from "../../lib/core/state.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
 
 const MANIFESTS = new URL("../../scripts/manifests/", import.meta.url);
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { FileSource, type FileSourceOptions, parseManifest } from "../../lib/source/file.ts";
-import type { SourceEvent } from "../../lib/source/source.ts";
-import { Tracker } from "../../lib/tracker.ts";
+import { FileSource, type FileSourceOptions, parseManifest } from "../../lib/shell/source/file.ts";
+import type { SourceEvent } from "../../lib/core/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
 import { withLogRecords } from "../support/logs.ts";
 import { dump, loadAll } from "js-yaml";
 

@@ -6,8 +6,8 @@ import {
   ProxyHealth,
   ServiceHealthServers,
   startHealthServer,
-} from "../../lib/health.ts";
-import { ProxyMetrics } from "../../lib/metrics.ts";
+} from "../../lib/shell/health.ts";
+import { ProxyMetrics } from "../../lib/shell/metrics.ts";
 
 const SYNC_PERIOD_MS = 30_000;
 const T0 = Date.UTC(2026, 0, 1);

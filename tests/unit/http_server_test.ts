@@ -7,7 +7,7 @@ import {
   HttpServer,
   parseRequestHead,
   serveHttp,
-} from "../../lib/http_server.ts";
+} from "../../lib/shell/http_server.ts";
 import { fakeClock } from "../support/clock.ts";
 
 const decoder = new TextDecoder();

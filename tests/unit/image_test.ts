@@ -21,7 +21,7 @@ import {
   writeImageArchive,
 } from "../../scripts/image/oci.ts";
 import { canonicalPath } from "../../scripts/image/rootfs.ts";
-import { LINUX_PROGRAMS } from "../../lib/permissions.ts";
+import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
 

@@ -7,7 +7,7 @@ import {
   parseCIDR,
   parseIP,
   specialAddress,
-} from "../../lib/ip.ts";
+} from "../../lib/core/ip.ts";
 
 /** IPv6 addresses with many zero groups (compression cases), IPv4-mapped ones excluded. */
 const v6Bytes = fc.array(

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { createIptablesBackend } from "../../backends/iptables/mod.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import type { Config } from "../../lib/config_types.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
-import { emptyPlan } from "../../lib/plan.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import type { Config } from "../../lib/config/types.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { emptyPlan } from "../../lib/core/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES, uniformCluster } from "../golden/iptables/fixtures.ts";
 import { NetnsExecutor } from "../../scripts/netns.ts";
 import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";

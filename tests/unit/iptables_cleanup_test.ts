@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { isIptablesModeChain } from "../../backends/iptables/chains.ts";
 import { removeChains, splitSave } from "../../backends/iptables/cleanup.ts";
-import { createIptablesBackend } from "../../backends/iptables/mod.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
-import { emptyPlan } from "../../lib/plan.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { emptyPlan } from "../../lib/core/plan.ts";
 
 /** A node's `iptables-save` after kube-proxy 1.36 in iptables mode, with kubelet's and another tool's rules. */
 const KUBE_PROXY_SAVE = [

@@ -18,7 +18,7 @@ import {
 } from "../../backends/iptables/names.ts";
 import { chooseVariant, summarizeSave } from "../../backends/iptables/detect.ts";
 import { IptablesRestoreScript } from "../../backends/iptables/script.ts";
-import type { Plan, ServicePortPlan } from "../../lib/plan.ts";
+import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import {
   endpoint,
   GOLDEN_CASES,

@@ -7,7 +7,7 @@ import {
   groupByService,
   parseIptablesSave,
   parseNftListing,
-} from "../../lib/kernel_diff.ts";
+} from "../../lib/commands/kernel_diff.ts";
 
 const NFT = `table ip kproxy {
 	comment "rules for kproxy"

@@ -5,7 +5,7 @@ import {
   type ApiConnectionOptions,
   loadApiConnection,
   TOKEN_FILE_TTL_MS,
-} from "../../lib/source/kubeconfig.ts";
+} from "../../lib/shell/source/kubeconfig.ts";
 
 const CA = "-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n";
 const CERT = "-----BEGIN CERTIFICATE-----\nclient\n-----END CERTIFICATE-----\n";

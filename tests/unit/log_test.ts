@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { getLogger, type LogLevel, type LogRecord, reset } from "@logtape/logtape";
-import { formatRecord, lowestLevelFor, setupLogging } from "../../lib/log.ts";
+import { formatRecord, lowestLevelFor, setupLogging } from "../../lib/shell/log.ts";
 
 /** 2026-11-23T09:30:00.123Z plus 456 microseconds. */
 const TIMESTAMP = Date.UTC(2026, 10, 23, 9, 30, 0, 123) + 0.456;

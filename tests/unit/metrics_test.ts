@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ProxyHealth } from "../../lib/health.ts";
+import { ProxyHealth } from "../../lib/shell/health.ts";
 import {
   exponentialBuckets,
   NETWORK_PROGRAMMING_BUCKETS,
@@ -7,7 +7,7 @@ import {
   Registry,
   startMetricsServer,
   SYNC_DURATION_BUCKETS,
-} from "../../lib/metrics.ts";
+} from "../../lib/shell/metrics.ts";
 
 Deno.test("Registry.expose() writes counters and gauges with HELP, TYPE and escaped labels", () => {
   const registry = new Registry();

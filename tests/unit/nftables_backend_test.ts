@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
-import { createNftablesBackend } from "../../backends/nftables/mod.ts";
-import { defaultConfig } from "../../lib/config.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
 import {
   CommandError,
   type CommandResult,
   FakeExecutor,
   type RecordedCommand,
-} from "../../lib/exec.ts";
-import type { Plan } from "../../lib/plan.ts";
+} from "../../lib/shell/exec.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 import { withLogRecords } from "../support/logs.ts";
 

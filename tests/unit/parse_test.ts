@@ -5,8 +5,8 @@ import {
   type ParseResult,
   parseService,
   parseServiceCIDR,
-} from "../../lib/parse.ts";
-import { canonicalIP, cidrContains, ipFamily, isLoopback, parseCIDR } from "../../lib/ip.ts";
+} from "../../lib/core/parse.ts";
+import { canonicalIP, cidrContains, ipFamily, isLoopback, parseCIDR } from "../../lib/core/ip.ts";
 
 type Json = Record<string, any>;
 

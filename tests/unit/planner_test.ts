@@ -10,11 +10,11 @@ import type {
   ServicePortSpec,
   SliceEndpoint,
   SlicePort,
-} from "../../lib/model.ts";
-import { HOSTNAME_LABEL, serviceKey, ZONE_LABEL } from "../../lib/model.ts";
-import type { NodePlans, Plan, ServicePortPlan } from "../../lib/plan.ts";
-import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/planner.ts";
-import type { ClusterState } from "../../lib/state.ts";
+} from "../../lib/core/model.ts";
+import { HOSTNAME_LABEL, serviceKey, ZONE_LABEL } from "../../lib/core/model.ts";
+import type { NodePlans, Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/core/planner.ts";
+import type { ClusterState } from "../../lib/core/state.ts";
 
 const THIS_NODE = "node-a";
 

@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
 import FakeTimers from "@sinonjs/fake-timers";
 import { modelService } from "../support/model_fixtures.ts";
-import { RecordingBackend } from "../../backends/recording.ts";
-import { handleHealthRequest, ProxyHealth } from "../../lib/health.ts";
-import { ProxyMetrics } from "../../lib/metrics.ts";
-import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/model.ts";
-import type { PlannerOptions } from "../../lib/planner.ts";
-import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/proxier.ts";
-import { BoundedFrequencyRunner } from "../../lib/runner.ts";
-import type { SourceEvent } from "../../lib/source/source.ts";
-import type { ClusterState, StateChange } from "../../lib/state.ts";
-import type { ServiceHealthInfo } from "../../lib/health.ts";
+import { RecordingBackend } from "../support/recording_backend.ts";
+import { handleHealthRequest, ProxyHealth } from "../../lib/shell/health.ts";
+import { ProxyMetrics } from "../../lib/shell/metrics.ts";
+import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/model.ts";
+import type { PlannerOptions } from "../../lib/core/planner.ts";
+import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
+import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
+import type { SourceEvent } from "../../lib/core/source.ts";
+import type { ClusterState, StateChange } from "../../lib/core/state.ts";
+import type { ServiceHealthInfo } from "../../lib/shell/health.ts";
 
 const NODE = "node-a";
 

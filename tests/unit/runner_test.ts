@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import FakeTimers from "@sinonjs/fake-timers";
-import { BoundedFrequencyRunner } from "../../lib/runner.ts";
+import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
 import { fakeClock } from "../support/clock.ts";
 
 interface Harness {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { stableJson, writeStableJson } from "../../lib/stable_json.ts";
+import { stableJson, writeStableJson } from "../../lib/commands/stable_json.ts";
 
 /** What kproxy printed before: JSON.stringify with a key-sorting replacer. */
 function reference(value: unknown): string | undefined {

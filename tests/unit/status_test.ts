@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
-import { emptyPlan } from "../../lib/plan.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
+import { emptyPlan } from "../../lib/core/plan.ts";
 import {
   countPlan,
   countPlans,
@@ -10,7 +10,7 @@ import {
   statusHandler,
   type StatusSnapshot,
   SyncHistory,
-} from "../../lib/status.ts";
+} from "../../lib/commands/status.ts";
 
 const HOSTILE = `<script>alert("x")</script>&'`;
 

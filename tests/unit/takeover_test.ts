@@ -1,15 +1,15 @@
 import assert from "node:assert/strict";
 import { LEFTOVERS } from "../../backends/registry.ts";
-import { defaultConfig } from "../../lib/config.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
-import { LeftoverRemoval } from "../../lib/takeover.ts";
+import { defaultConfig } from "../../lib/config/command_line.ts";
+import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { LeftoverRemoval } from "../../lib/shell/takeover.ts";
 import {
   ManualSource,
   serviceObject,
   sliceObject,
   startKproxy,
   waitFor,
-} from "../faults/harness.ts";
+} from "../../scripts/testbed/harness.ts";
 
 const LISTED_TABLES = "table ip kube-proxy\ntable ip6 kube-proxy\n";
 

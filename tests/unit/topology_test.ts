@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
-import type { Node, Service } from "../../lib/model.ts";
-import { HOSTNAME_LABEL, REGION_LABEL, ZONE_LABEL } from "../../lib/model.ts";
-import { categorizeEndpoints } from "../../lib/endpoints.ts";
+import type { Node, Service } from "../../lib/core/model.ts";
+import { HOSTNAME_LABEL, REGION_LABEL, ZONE_LABEL } from "../../lib/core/model.ts";
+import { categorizeEndpoints } from "../../lib/core/endpoints.ts";
 import {
   type CandidateEndpoint,
   gateEnabled,
   selectTopologyEndpoints,
   type TopologyInput,
-} from "../../lib/topology.ts";
+} from "../../lib/core/topology.ts";
 
 // A cluster of six nodes over two regions and three zones:
 //   region r1: zone a (node-a1, node-a2), zone b (node-b1)

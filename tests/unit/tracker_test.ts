@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { Tracker } from "../../lib/tracker.ts";
-import type { ObjectKind } from "../../lib/source/source.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
+import type { ObjectKind } from "../../lib/core/source.ts";
 import { withLogRecords } from "../support/logs.ts";
 
 type Json = Record<string, any>;

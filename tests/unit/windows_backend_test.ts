@@ -4,7 +4,7 @@ import {
   diffHns,
   HnsSyncError,
   POWERSHELL_ARGS,
-} from "../../backends/windows/mod.ts";
+} from "../../backends/windows/applier.ts";
 import {
   conjureMac,
   DISTRIBUTION,
@@ -13,9 +13,9 @@ import {
   PORT_FLAGS,
   renderWindows,
 } from "../../backends/windows/render.ts";
-import type { SyncRequest } from "../../backends/backend.ts";
-import { type CommandResult, FakeExecutor, type RecordedCommand } from "../../lib/exec.ts";
-import type { Plan } from "../../lib/plan.ts";
+import type { SyncRequest } from "../../lib/core/backend.ts";
+import { type CommandResult, FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 
 const FOREIGN_LB = "0f0e0d0c-0000-0000-0000-000000000001";

@@ -1,5 +1,5 @@
 import { deepStrictEqual as assertEquals, ok, throws } from "node:assert/strict";
-import { diffHns } from "../../backends/windows/mod.ts";
+import { diffHns } from "../../backends/windows/applier.ts";
 import { renderWindows } from "../../backends/windows/render.ts";
 import {
   type HnsChanges,

@@ -11,15 +11,19 @@
  */
 
 import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
-import { POWERSHELL_ARGS } from "../../backends/windows/mod.ts";
+import { POWERSHELL_ARGS } from "../../backends/windows/applier.ts";
 import {
   type Command,
   type CommandResult,
   DenoExecutor,
   type Executor,
   spawnCommand,
-} from "../../lib/exec.ts";
-import { ANY_ARGUMENTS, commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
+} from "../../lib/shell/exec.ts";
+import {
+  ANY_ARGUMENTS,
+  commandRefusal,
+  KPROXY_COMMAND_POLICY,
+} from "../../lib/shell/command_policy.ts";
 
 const HERE = new URL(".", import.meta.url).pathname;
 const REPO = new URL("../../", import.meta.url).pathname;

@@ -12,10 +12,10 @@
  */
 
 import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
-import type { Backend } from "../../backends/backend.ts";
-import { createWindowsBackend } from "../../backends/windows/mod.ts";
-import type { Config } from "../../lib/config_types.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/plan.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import { createWindowsBackend } from "../../backends/windows/applier.ts";
+import type { Config } from "../../lib/config/types.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 import {
   type HcnEndpoint,

@@ -11,7 +11,7 @@
  */
 
 import { deepStrictEqual as assertEquals, ok, rejects } from "node:assert/strict";
-import { createWindowsBackend, HnsSyncError } from "../../backends/windows/mod.ts";
+import { createWindowsBackend, HnsSyncError } from "../../backends/windows/applier.ts";
 import { remoteEndpointId } from "../../backends/windows/render.ts";
 import {
   type ApiObject,
@@ -23,7 +23,7 @@ import {
   sliceObject,
   startKproxy,
   waitFor,
-} from "../faults/harness.ts";
+} from "../../scripts/testbed/harness.ts";
 import { endpoint, planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 import {
   type HcnFault,

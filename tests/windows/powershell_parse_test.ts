@@ -9,7 +9,7 @@
  */
 
 import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
-import { diffHns } from "../../backends/windows/mod.ts";
+import { diffHns } from "../../backends/windows/applier.ts";
 import { renderWindows } from "../../backends/windows/render.ts";
 import {
   type HnsChanges,

@@ -5,8 +5,8 @@
  * @module
  */
 
-import type { IpFamily, Protocol } from "../../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../../lib/plan.ts";
+import type { IpFamily, Protocol } from "../../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../../lib/core/plan.ts";
 
 /** An endpoint on this node (`local`) or another one. */
 export function endpoint(ip: string, port: number, local = false): PlanEndpoint {

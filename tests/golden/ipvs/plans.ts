@@ -5,9 +5,9 @@
  * @module
  */
 
-import type { Config } from "../../../lib/config_types.ts";
-import type { IpFamily } from "../../../lib/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../../lib/plan.ts";
+import type { Config } from "../../../lib/config/types.ts";
+import type { IpFamily } from "../../../lib/core/model.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../../lib/core/plan.ts";
 
 /** Builds an endpoint; local ones run on node-a. */
 export function endpoint(ip: string, port: number, isLocal = false): PlanEndpoint {

@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { IpFamily } from "../../../lib/model.ts";
+import type { IpFamily } from "../../../lib/core/model.ts";
 import {
   emptyPlan,
   type LocalTrafficDetector,
@@ -12,7 +12,7 @@ import {
   type PlanEndpoint,
   type ServicePortPlan,
   servicePortId,
-} from "../../../lib/plan.ts";
+} from "../../../lib/core/plan.ts";
 
 /** An endpoint; `ip` is required, the rest defaults to a ready remote endpoint. */
 export function endpoint(ip: string, overrides: Partial<PlanEndpoint> = {}): PlanEndpoint {

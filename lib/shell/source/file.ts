@@ -6,7 +6,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { ObjectKind, Source, SourceListener } from "./source.ts";
+import type { ObjectKind, Source, SourceListener } from "../../core/source.ts";
 import { sleep } from "./backoff.ts";
 import { manifestDocuments, type ManifestObject } from "./manifest.ts";
 import {

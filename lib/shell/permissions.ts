@@ -10,7 +10,7 @@
  */
 
 import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
-import type { Config, PortRange, ProxyMode } from "./config_types.ts";
+import type { Config, PortRange, ProxyMode } from "../config/types.ts";
 
 /** Programs each mode spawns through the Executor. */
 export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {

@@ -26,11 +26,11 @@ import {
   parseConntrackLine,
   ServiceFrontends,
   type SyncChange,
-} from "./conntrack.ts";
+} from "../core/conntrack.ts";
 import { type Executor, runChecked } from "./exec.ts";
 import type { ProxyMetrics } from "./metrics.ts";
-import type { IpFamily } from "./model.ts";
-import type { Plan } from "./plan.ts";
+import type { IpFamily } from "../core/model.ts";
+import type { Plan } from "../core/plan.ts";
 
 const logger = getLogger(["kproxy", "conntrack"]);
 

@@ -9,7 +9,7 @@ import { getLogger } from "@logtape/logtape";
 import { type Clock, systemClock } from "./clock.ts";
 import { ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
 import type { ProxyMetrics } from "./metrics.ts";
-import type { IpFamily } from "./model.ts";
+import type { IpFamily } from "../core/model.ts";
 
 const logger = getLogger(["kproxy", "health"]);
 

@@ -9,9 +9,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, SyncRequest, SyncResult } from "../backend.ts";
-import type { Config } from "../../lib/config_types.ts";
-import { type Executor, runChecked } from "../../lib/exec.ts";
+import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
+import type { Config } from "../../lib/config/types.ts";
+import { type Executor, runChecked } from "../../lib/shell/exec.ts";
 import {
   isKproxyId,
   type LoadBalancerSpec,

@@ -10,12 +10,12 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../backend.ts";
-import type { Config } from "../../lib/config_types.ts";
-import { type Executor, isMissingProgram, runChecked } from "../../lib/exec.ts";
-import type { IpFamily } from "../../lib/model.ts";
-import type { Plan } from "../../lib/plan.ts";
-import { setSysctls } from "../../lib/sysctl.ts";
+import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
+import type { Config } from "../../lib/config/types.ts";
+import { type Executor, isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Plan } from "../../lib/core/plan.ts";
+import { setSysctls } from "../../lib/shell/sysctl.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
 import {

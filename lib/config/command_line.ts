@@ -12,9 +12,9 @@
 
 import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
-import type { Config, DetectLocalMode, PortRange, ProxyMode, SyncPeriods } from "./config_types.ts";
-import { IPVS_SCHEDULERS } from "./config_types.ts";
-import { parseCIDR, parseIP } from "./ip.ts";
+import type { Config, DetectLocalMode, PortRange, ProxyMode, SyncPeriods } from "./types.ts";
+import { IPVS_SCHEDULERS } from "./types.ts";
+import { parseCIDR, parseIP } from "../core/ip.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
 export class ConfigError extends Error {
@@ -105,7 +105,7 @@ const SUBCOMMANDS: readonly Command[] = [
  * @returns A fresh, fully populated Config.
  * @example Usage
  * ```ts
- * import { defaultConfig } from "./config.ts";
+ * import { defaultConfig } from "./command_line.ts";
  * defaultConfig("Node-A").hostnameOverride; // "node-a"
  * ```
  */
@@ -1268,7 +1268,7 @@ function validate(config: Config, origins: Origins): void {
  * @throws {ConfigError} On any bad flag, file field or combination; `field` names it.
  * @example Usage
  * ```ts
- * import { parseCommandLine } from "./config.ts";
+ * import { parseCommandLine } from "./command_line.ts";
  * const env = { readTextFile: () => "", hostname: () => "node-a" };
  * parseCommandLine(["plan", "--proxy-mode=iptables"], env).config.proxyMode; // "iptables"
  * ```

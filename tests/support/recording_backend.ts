@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { Backend, SyncRequest, SyncResult } from "./backend.ts";
+import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 
 /** Decides whether a sync fails: return or throw an Error to fail it. */
 export type FailureInjector = (request: SyncRequest, index: number) => Error | undefined;

@@ -18,12 +18,12 @@ import type {
   KernelInspection,
   SyncRequest,
   SyncResult,
-} from "../backend.ts";
-import type { Config } from "../../lib/config_types.ts";
-import { type Executor, runChecked } from "../../lib/exec.ts";
-import type { IpFamily } from "../../lib/model.ts";
-import type { Plan } from "../../lib/plan.ts";
-import { setSysctls } from "../../lib/sysctl.ts";
+} from "../../lib/core/backend.ts";
+import type { Config } from "../../lib/config/types.ts";
+import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Plan } from "../../lib/core/plan.ts";
+import { setSysctls } from "../../lib/shell/sysctl.ts";
 import {
   BASE_JUMPS,
   type BaseJump,

@@ -14,14 +14,14 @@ import {
   ModeUnavailableError,
   type SyncRequest,
   type SyncResult,
-} from "../backend.ts";
+} from "../../lib/core/backend.ts";
 import { removeChains } from "../iptables/cleanup.ts";
-import { type Clock, systemClock } from "../../lib/clock.ts";
-import type { Config } from "../../lib/config_types.ts";
-import { type Executor, runChecked } from "../../lib/exec.ts";
-import type { IpFamily } from "../../lib/model.ts";
-import type { Plan } from "../../lib/plan.ts";
-import { setSysctls } from "../../lib/sysctl.ts";
+import { type Clock, systemClock } from "../../lib/shell/clock.ts";
+import type { Config } from "../../lib/config/types.ts";
+import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import type { IpFamily } from "../../lib/core/model.ts";
+import type { Plan } from "../../lib/core/plan.ts";
+import { setSysctls } from "../../lib/shell/sysctl.ts";
 import { applyIpvsOps, diffIpvs, type IpvsOp, renderIpvsOps } from "./diff.ts";
 import { GracefulTermination } from "./graceful.ts";
 import {

@@ -13,14 +13,14 @@
  * @module
  */
 
-import type { CommandLine } from "./config.ts";
-import { mergeSliceEndpoints } from "./endpoints.ts";
-import { cidrContains, isLoopback, parseIP } from "./ip.ts";
-import type { EndpointSlice, IpFamily, Protocol, Service } from "./model.ts";
-import { HOSTNAME_LABEL, serviceKey, ZONE_LABEL } from "./model.ts";
-import type { NodePlans, Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "./plan.ts";
-import { type PlannerOptions, planNode } from "./planner.ts";
-import type { ClusterState } from "./state.ts";
+import type { CommandLine } from "../config/command_line.ts";
+import { mergeSliceEndpoints } from "../core/endpoints.ts";
+import { cidrContains, isLoopback, parseIP } from "../core/ip.ts";
+import type { EndpointSlice, IpFamily, Protocol, Service } from "../core/model.ts";
+import { HOSTNAME_LABEL, serviceKey, ZONE_LABEL } from "../core/model.ts";
+import type { NodePlans, Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../core/plan.ts";
+import { type PlannerOptions, planNode } from "../core/planner.ts";
+import type { ClusterState } from "../core/state.ts";
 import {
   type CandidateEndpoint,
   gateEnabled,
@@ -28,7 +28,7 @@ import {
   SERVICE_TOPOLOGY_GATE,
   type TopologyDecision,
   usesTopologyKeys,
-} from "./topology.ts";
+} from "../core/topology.ts";
 
 // ---------------------------------------------------------------------------
 // Destinations.

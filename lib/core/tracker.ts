@@ -13,11 +13,11 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "./clock.ts";
+import { type Clock, systemClock } from "../shell/clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type { ClusterState, StateChange } from "./state.ts";
-import type { ObjectKind, SourceEvent } from "./source/source.ts";
+import type { ObjectKind, SourceEvent } from "./source.ts";
 import {
   objectKeyOf,
   parseEndpointSlice,

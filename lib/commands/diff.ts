@@ -7,8 +7,8 @@
  * @module
  */
 
-import type { Backend } from "../backends/backend.ts";
-import { type Command, type Executor, runChecked } from "./exec.ts";
+import type { Backend } from "../core/backend.ts";
+import { type Command, type Executor, runChecked } from "../shell/exec.ts";
 import {
   diffListings,
   elementOwners,
@@ -18,7 +18,7 @@ import {
   parseNftListing,
   type ServiceDiff,
 } from "./kernel_diff.ts";
-import type { Plan } from "./plan.ts";
+import type { Plan } from "../core/plan.ts";
 
 /** Options of {@linkcode kernelDiff}. */
 export interface KernelDiffOptions {

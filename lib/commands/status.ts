@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { NodePlans, Plan } from "./plan.ts";
+import type { NodePlans, Plan } from "../core/plan.ts";
 
 /** One sync, as recorded by {@linkcode SyncHistory}. */
 export interface SyncRecord {

@@ -9,14 +9,19 @@
 
 import assert from "node:assert/strict";
 import { renderFull } from "../../backends/nftables/render.ts";
-import type { Backend } from "../../backends/backend.ts";
-import { main, type RunningApp } from "../../lib/app.ts";
-import type { Config } from "../../lib/config_types.ts";
-import type { NodePlans } from "../../lib/plan.ts";
-import { ANY_ARGUMENTS, KPROXY_COMMAND_POLICY } from "../../lib/command_policy.ts";
-import { type Command, type CommandResult, DenoExecutor, type Executor } from "../../lib/exec.ts";
-import { setupLogging } from "../../lib/log.ts";
-import type { Source, SourceEvent, SourceListener } from "../../lib/source/source.ts";
+import type { Backend } from "../../lib/core/backend.ts";
+import { main, type RunningApp } from "../../lib/commands/app.ts";
+import type { Config } from "../../lib/config/types.ts";
+import type { NodePlans } from "../../lib/core/plan.ts";
+import { ANY_ARGUMENTS, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
+import {
+  type Command,
+  type CommandResult,
+  DenoExecutor,
+  type Executor,
+} from "../../lib/shell/exec.ts";
+import { setupLogging } from "../../lib/shell/log.ts";
+import type { Source, SourceEvent, SourceListener } from "../../lib/core/source.ts";
 import {
   HostExecutor,
   kernelUnavailableReason,
@@ -24,9 +29,9 @@ import {
   type Pod,
   type Reply,
   Topology,
-} from "../../scripts/netns.ts";
+} from "../netns.ts";
 
-export { ADDRESSES, HostExecutor, NetnsExecutor, type Pod, Topology } from "../../scripts/netns.ts";
+export { ADDRESSES, HostExecutor, NetnsExecutor, type Pod, Topology } from "../netns.ts";
 
 /** A raw API object. */
 export type ApiObject = Record<string, any>;

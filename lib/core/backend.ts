@@ -7,8 +7,8 @@
  * @module
  */
 
-import type { Command } from "../lib/exec.ts";
-import type { Plan } from "../lib/plan.ts";
+import type { Command } from "../shell/exec.ts";
+import type { Plan } from "./plan.ts";
 
 /** What the runner hands a backend on each sync. */
 export interface SyncRequest {

@@ -23,7 +23,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { ObjectKind, Source, SourceListener } from "./source.ts";
+import type { ObjectKind, Source, SourceListener } from "../../core/source.ts";
 import { systemClock } from "../clock.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";

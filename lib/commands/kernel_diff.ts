@@ -6,8 +6,8 @@
  * @module
  */
 
-import { upstreamChainName } from "../backends/iptables/names.ts";
-import type { Plan } from "./plan.ts";
+import { upstreamChainName } from "../../backends/iptables/names.ts";
+import type { Plan } from "../core/plan.ts";
 
 /** A listing: each block (chain, set, map) with its normalised lines. */
 export type Listing = Map<string, Set<string>>;

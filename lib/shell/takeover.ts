@@ -9,9 +9,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { splitSave } from "../backends/iptables/cleanup.ts";
-import { createBackend, LEFTOVERS, PROXY_MODES } from "../backends/registry.ts";
-import type { Config, ProxyMode } from "./config_types.ts";
+import { splitSave } from "../../backends/iptables/cleanup.ts";
+import { createBackend, LEFTOVERS, PROXY_MODES } from "../../backends/registry.ts";
+import type { Config, ProxyMode } from "../config/types.ts";
 import { DenoExecutor, type Executor, isMissingProgram, runChecked } from "./exec.ts";
 import { LINUX_PROGRAMS, MODE_PROGRAMS } from "./permissions.ts";
 
@@ -136,7 +136,9 @@ export type HandBackOutcome = "removed" | "nothing to remove" | "timed out";
  */
 export async function handBack(options: HandBackOptions): Promise<HandBackOutcome> {
   const executor = options.executor ?? new DenoExecutor({ allowedPrograms: LINUX_PROGRAMS });
-  const { createNftablesBackend, parseTableList } = await import("../backends/nftables/mod.ts");
+  const { createNftablesBackend, parseTableList } = await import(
+    "../../backends/nftables/applier.ts"
+  );
   const tables = async () =>
     parseTableList(
       (await runChecked(executor, { program: "nft", args: ["list", "tables"] })).stdout,

@@ -7,16 +7,16 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { Backend, SyncResult } from "../backends/backend.ts";
+import type { Backend, SyncResult } from "../core/backend.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import type { ServiceHealthInfo } from "./health.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
-import type { NodePlans, Plan } from "./plan.ts";
-import type { SyncHistory } from "./status.ts";
-import { changedServicePortIds, type PlannerOptions, planNode } from "./planner.ts";
-import type { SourceEvent } from "./source/source.ts";
-import type { StateChange } from "./state.ts";
+import type { NodePlans, Plan } from "../core/plan.ts";
+import type { SyncHistory } from "../commands/status.ts";
+import { changedServicePortIds, type PlannerOptions, planNode } from "../core/planner.ts";
+import type { SourceEvent } from "../core/source.ts";
+import type { StateChange } from "../core/state.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
 

@@ -7,9 +7,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import denoJson from "../deno.json" with { type: "json" };
-import { type Backend, ModeUnavailableError } from "../backends/backend.ts";
-import { createBackend } from "../backends/registry.ts";
+import denoJson from "../../deno.json" with { type: "json" };
+import { type Backend, ModeUnavailableError } from "../core/backend.ts";
+import { createBackend } from "../../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
@@ -17,28 +17,28 @@ import {
   effectiveSyncPeriods,
   helpText,
   parseCommandLine,
-} from "./config.ts";
-import type { Config } from "./config_types.ts";
-import { ConntrackReconciler } from "./conntrack_reconciler.ts";
-import { systemClock } from "./clock.ts";
-import { DenoExecutor, type Executor } from "./exec.ts";
-import { ProxyHealth, ServiceHealthServers, startHealthServer } from "./health.ts";
-import { ConnectionLimit, type HttpServer } from "./http_server.ts";
-import { setupLogging } from "./log.ts";
-import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
-import { MODE_PROGRAMS } from "./permissions.ts";
-import type { NodePlans } from "./plan.ts";
-import { type PlannerOptions, planNode } from "./planner.ts";
-import { Proxier } from "./proxier.ts";
-import { BoundedFrequencyRunner } from "./runner.ts";
-import type { Source } from "./source/source.ts";
-import { Tracker } from "./tracker.ts";
+} from "../config/command_line.ts";
+import type { Config } from "../config/types.ts";
+import { ConntrackReconciler } from "../shell/conntrack_reconciler.ts";
+import { systemClock } from "../shell/clock.ts";
+import { DenoExecutor, type Executor } from "../shell/exec.ts";
+import { ProxyHealth, ServiceHealthServers, startHealthServer } from "../shell/health.ts";
+import { ConnectionLimit, type HttpServer } from "../shell/http_server.ts";
+import { setupLogging } from "../shell/log.ts";
+import { ProxyMetrics, startMetricsServer } from "../shell/metrics.ts";
+import { MODE_PROGRAMS } from "../shell/permissions.ts";
+import type { NodePlans } from "../core/plan.ts";
+import { type PlannerOptions, planNode } from "../core/planner.ts";
+import { Proxier } from "../shell/proxier.ts";
+import { BoundedFrequencyRunner } from "../shell/runner.ts";
+import type { Source } from "../core/source.ts";
+import { Tracker } from "../core/tracker.ts";
 import { kernelDiff } from "./diff.ts";
 import { runExplain } from "./explain.ts";
 import { formatServiceDiffs } from "./kernel_diff.ts";
-import type { ClusterState } from "./state.ts";
+import type { ClusterState } from "../core/state.ts";
 import { countPlans, statusHandler, SyncHistory } from "./status.ts";
-import { cleanupEveryMode, handBack, LeftoverRemoval } from "./takeover.ts";
+import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
 import { stableJson, writeStableJson } from "./stable_json.ts";
 
 export { stableJson };
@@ -224,10 +224,10 @@ function localAddresses(): string[] {
 
 async function createSource(config: Config): Promise<Source> {
   if (config.manifests !== "") {
-    const { FileSource } = await import("./source/file.ts");
+    const { FileSource } = await import("../shell/source/file.ts");
     return new FileSource({ dir: config.manifests });
   }
-  const { KubeSource } = await import("./source/kube.ts");
+  const { KubeSource } = await import("../shell/source/kube.ts");
   return new KubeSource({
     kubeconfig: config.kubeconfig,
     master: config.master,
@@ -436,7 +436,7 @@ async function runDemo(commandLine: CommandLine, options: AppOptions): Promise<n
   let demo: Record<string, unknown> | undefined;
   try {
     // A computed specifier keeps the demo (and its netns helpers) out of bundles.
-    const specifier = new URL("../scripts/demo.ts", import.meta.url).href;
+    const specifier = new URL("../../scripts/demo.ts", import.meta.url).href;
     demo = await import(specifier);
   } catch (error) {
     logger.debug("No kernel demo: {error}", { error });
