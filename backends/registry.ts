@@ -6,7 +6,7 @@
  */
 
 import type { Config, ProxyMode } from "../lib/config/types.ts";
-import type { Executor } from "../lib/shell/exec.ts";
+import type { Executor } from "../lib/core/executor.ts";
 import type { Backend } from "../lib/core/backend.ts";
 import { type ChainOwnership, isIptablesModeChain } from "./iptables/chains.ts";
 import { isIpvsModeChain } from "./ipvs/iptables.ts";

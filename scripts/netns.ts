@@ -20,7 +20,7 @@
  * @module
  */
 
-import type { Command, CommandResult, Executor } from "../lib/shell/exec.ts";
+import type { Command, CommandResult, Executor } from "../lib/core/executor.ts";
 import { runChecked, spawnCommand } from "../lib/shell/exec.ts";
 
 /** Runs every command inside one network namespace through `ip netns exec`. */

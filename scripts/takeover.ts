@@ -13,7 +13,8 @@ import { isIptablesModeChain } from "../backends/iptables/chains.ts";
 import { splitSave } from "../backends/iptables/cleanup.ts";
 import { isIpvsModeChain } from "../backends/ipvs/iptables.ts";
 import { parseTableList } from "../backends/nftables/render.ts";
-import { type Executor, runChecked } from "../lib/shell/exec.ts";
+import { runChecked } from "../lib/shell/exec.ts";
+import type { Executor } from "../lib/core/executor.ts";
 import type { Plan } from "../lib/core/plan.ts";
 import {
   KUBE_PROXY_NFACCT,

@@ -20,7 +20,8 @@ import type {
   SyncResult,
 } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import { runChecked } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";

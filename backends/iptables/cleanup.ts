@@ -10,7 +10,8 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import { runChecked } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { ChainOwnership, IptablesTable } from "./chains.ts";
 import { iptablesPrograms, type IptablesVariant } from "./detect.ts";

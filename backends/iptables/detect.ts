@@ -7,7 +7,7 @@
  */
 
 import type { IpFamily } from "../../lib/core/model.ts";
-import type { Executor } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 
 /** Which netfilter backend the iptables binaries talk to. */
 export type IptablesVariant = "nft" | "legacy";

@@ -16,9 +16,11 @@ import {
   type SyncResult,
 } from "../../lib/core/backend.ts";
 import { removeChains } from "../iptables/cleanup.ts";
-import { type Clock, systemClock } from "../../lib/shell/clock.ts";
+import { systemClock } from "../../lib/shell/clock.ts";
+import type { Clock } from "../../lib/core/clock.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import { runChecked } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";

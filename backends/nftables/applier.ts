@@ -12,7 +12,8 @@
 import { getLogger } from "@logtape/logtape";
 import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { type Executor, isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
+import { isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";
@@ -32,7 +33,7 @@ import {
   skeletonRuleCounts,
   tableRef,
 } from "./render.ts";
-import { Table, type TableRef, Transaction } from "./transaction.ts";
+import type { TableRef, Transaction } from "./transaction.ts";
 
 export * from "./atomic.ts";
 export * from "./render.ts";

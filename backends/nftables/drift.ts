@@ -21,8 +21,9 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "../../lib/shell/clock.ts";
-import type { Executor } from "../../lib/shell/exec.ts";
+import { systemClock } from "../../lib/shell/clock.ts";
+import type { Clock } from "../../lib/core/clock.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import type { TableRef } from "./transaction.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);

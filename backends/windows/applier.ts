@@ -11,7 +11,8 @@
 import { getLogger } from "@logtape/logtape";
 import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { type Executor, runChecked } from "../../lib/shell/exec.ts";
+import { runChecked } from "../../lib/shell/exec.ts";
+import type { Executor } from "../../lib/core/executor.ts";
 import {
   isKproxyId,
   type LoadBalancerSpec,

@@ -21,11 +21,14 @@ import {
 import type { Config } from "../config/types.ts";
 import { ConntrackReconciler } from "../shell/conntrack_reconciler.ts";
 import { systemClock } from "../shell/clock.ts";
-import { DenoExecutor, type Executor } from "../shell/exec.ts";
-import { ProxyHealth, ServiceHealthServers, startHealthServer } from "../shell/health.ts";
+import { DenoExecutor } from "../shell/exec.ts";
+import type { Executor } from "../core/executor.ts";
+import { ProxyHealth } from "../shell/health.ts";
+import { ServiceHealthServers, startHealthServer } from "../shell/servers.ts";
 import { ConnectionLimit, type HttpServer } from "../shell/http_server.ts";
 import { setupLogging } from "../shell/log.ts";
-import { ProxyMetrics, startMetricsServer } from "../shell/metrics.ts";
+import { ProxyMetrics } from "../shell/metrics.ts";
+import { startMetricsServer } from "../shell/servers.ts";
 import { MODE_PROGRAMS } from "../shell/permissions.ts";
 import type { NodePlans } from "../core/plan.ts";
 import { type PlannerOptions, planNode } from "../core/planner.ts";
@@ -238,7 +241,7 @@ async function createSource(config: Config): Promise<Source> {
 /** Reads the source until its initial list is complete and returns the cluster state. */
 export async function loadState(config: Config, injected?: Source): Promise<ClusterState> {
   const source = injected ?? await createSource(config);
-  const tracker = new Tracker({ nodeName: config.hostnameOverride });
+  const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
   const controller = new AbortController();
   let synced = false;
   await source.start((event) => {
@@ -291,7 +294,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
     connections,
   });
-  const tracker = new Tracker({ nodeName: config.hostnameOverride });
+  const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
   const conntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack")

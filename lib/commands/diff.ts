@@ -8,7 +8,8 @@
  */
 
 import type { Backend } from "../core/backend.ts";
-import { type Command, type Executor, runChecked } from "../shell/exec.ts";
+import { runChecked } from "../shell/exec.ts";
+import type { Command, Executor } from "../core/executor.ts";
 import {
   diffListings,
   elementOwners,

@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { Command } from "../shell/exec.ts";
+import type { Command } from "./executor.ts";
 import type { Plan } from "./plan.ts";
 
 /** What the runner hands a backend on each sync. */

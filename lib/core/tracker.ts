@@ -13,7 +13,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "../shell/clock.ts";
+import type { Clock } from "./clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type { ClusterState, StateChange } from "./state.ts";
@@ -33,8 +33,8 @@ const logger = getLogger(["kproxy", "tracker"]);
 export interface TrackerOptions {
   /** The name of the node kproxy runs on. */
   nodeName: string;
-  /** Monotonic time of changes, for the network programming latency. @default {systemClock} */
-  clock?: Pick<Clock, "now">;
+  /** Monotonic time of changes, for the network programming latency. */
+  clock: Pick<Clock, "now">;
 }
 
 /** Structural equality of JSON-like values (plain objects, arrays, primitives). */
@@ -124,7 +124,7 @@ const EMPTY_STATE: ClusterState = {
  * @example Usage
  * ```ts
  * import { Tracker } from "./tracker.ts";
- * const tracker = new Tracker({ nodeName: "node-a" });
+ * const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => performance.now() } });
  * tracker.apply({ type: "synced" });
  * const change = tracker.drain();
  * console.log(change.state.services.size, change.changedServices.size);
@@ -158,7 +158,7 @@ export class Tracker {
   /** Creates a tracker for the node named in `options`. */
   constructor(options: TrackerOptions) {
     this.#nodeName = options.nodeName;
-    this.#clock = options.clock ?? systemClock;
+    this.#clock = options.clock;
   }
 
   /** True once the source reported that every kind completed its initial list. */

@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { Command } from "./exec.ts";
+import type { Command } from "../core/executor.ts";
 
 /** Why a stdin script line (or chunk) is refused, or undefined when it is fine. */
 type ScriptCheck = (text: string) => string | undefined;

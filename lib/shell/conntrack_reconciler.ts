@@ -18,7 +18,8 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "./clock.ts";
+import { systemClock } from "./clock.ts";
+import type { Clock } from "../core/clock.ts";
 import {
   deleteLine,
   listArgs,
@@ -27,7 +28,8 @@ import {
   ServiceFrontends,
   type SyncChange,
 } from "../core/conntrack.ts";
-import { type Executor, runChecked } from "./exec.ts";
+import { runChecked } from "./exec.ts";
+import type { Executor } from "../core/executor.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { IpFamily } from "../core/model.ts";
 import type { Plan } from "../core/plan.ts";

@@ -2,45 +2,14 @@
  * The Executor: the only way kproxy runs programs. It runs allow-listed
  * programs with an argument vector (never a shell line) that their argument
  * policy allows (lib/command_policy.ts), passes scripts on stdin and returns
- * exit status and output. `FakeExecutor` records calls for tests and answers
- * from a script of replies.
+ * exit status and output.
  *
  * @module
  */
 
+import type { Command, CommandResult, Executor } from "../core/executor.ts";
 import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
 import { MODE_PROGRAMS } from "./permissions.ts";
-
-/** One program invocation. */
-export interface Command {
-  /** Program name, resolved through PATH; must be in the allow-list. */
-  program: string;
-  args: string[];
-  /**
-   * Written to the program's stdin, then stdin is closed. A large script can
-   * come as chunks, written in order, so it never needs to be one string.
-   */
-  stdin?: string | Iterable<string>;
-  /** Kill the program after this many milliseconds. @default {60000} */
-  timeoutMs?: number;
-  /**
-   * Receives stdout one line at a time (without its newline) while the program
-   * runs, so a large listing is never held whole; the result's stdout is then "".
-   */
-  onStdoutLine?: (line: string) => void;
-}
-
-/** What a finished program reported. */
-export interface CommandResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs commands. */
-export interface Executor {
-  run(command: Command): Promise<CommandResult>;
-}
 
 /** Thrown when a command exits non-zero, times out or cannot start. */
 export class CommandError extends Error {
@@ -226,11 +195,6 @@ async function outputByLines(
 /** UTF-16 code units encoded and written at a time: a large script is never copied whole. */
 export const STDIN_CHUNK = 1 << 16;
 
-/** A command's stdin as one string, for records and messages. */
-function stdinText(stdin: string | Iterable<string>): string {
-  return typeof stdin === "string" ? stdin : [...stdin].join("");
-}
-
 /**
  * The pieces of a command's stdin in the order, and at the boundaries, at
  * which {@linkcode spawnCommand} writes them: each given piece, cut every
@@ -282,64 +246,4 @@ export async function runChecked(executor: Executor, command: Command): Promise<
     );
   }
   return result;
-}
-
-/** A command as a {@linkcode FakeExecutor} records it: stdin joined into one string. */
-export type RecordedCommand = Command & { stdin?: string };
-
-/** Answers a command in a {@linkcode FakeExecutor}. */
-export type FakeHandler = (command: RecordedCommand) => CommandResult | Promise<CommandResult>;
-
-/** A reply in a {@linkcode FakeExecutor} queue: a result, or an error to throw. */
-export type FakeReply = Partial<CommandResult> | Error;
-
-/**
- * An Executor for tests: records every command in `calls` and answers from a
- * queue of replies first, then from the handler, else with exit 0 and no output.
- * A command with `onStdoutLine` gets the answer's stdout line by line.
- */
-export class FakeExecutor implements Executor {
-  /** Every command run, in order (copies). */
-  readonly calls: RecordedCommand[] = [];
-  readonly #queue: FakeReply[] = [];
-  #handler?: FakeHandler;
-
-  constructor(handler?: FakeHandler) {
-    this.#handler = handler;
-  }
-
-  /** Queues replies for the next commands, in order. */
-  reply(...replies: FakeReply[]): this {
-    this.#queue.push(...replies);
-    return this;
-  }
-
-  /** Replaces the handler used once the queue is empty. */
-  setHandler(handler: FakeHandler | undefined): this {
-    this.#handler = handler;
-    return this;
-  }
-
-  /** Records the command and answers it. */
-  async run(command: Command): Promise<CommandResult> {
-    const recorded: RecordedCommand = {
-      ...command,
-      args: [...command.args],
-      stdin: command.stdin === undefined ? undefined : stdinText(command.stdin),
-    };
-    if (recorded.stdin === undefined) delete recorded.stdin;
-    this.calls.push(recorded);
-    const queued = this.#queue.shift();
-    if (queued instanceof Error) throw queued;
-    const result: CommandResult = queued !== undefined
-      ? { code: 0, stdout: "", stderr: "", ...queued }
-      : this.#handler
-      ? await this.#handler(recorded)
-      : { code: 0, stdout: "", stderr: "" };
-    if (command.onStdoutLine === undefined) return result;
-    const lines = result.stdout.split("\n");
-    if (lines.at(-1) === "") lines.pop();
-    for (const line of lines) command.onStdoutLine(line);
-    return { ...result, stdout: "" };
-  }
 }

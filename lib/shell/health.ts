@@ -1,17 +1,15 @@
 /**
- * Health reporting (upstream pkg/proxy/healthcheck): the proxy's own
- * /healthz and /livez, and one HTTP server per service health-check node port.
+ * The proxy's health (upstream pkg/proxy/healthcheck): when it last synced,
+ * whether it is healthy, and the `/healthz` and `/livez` answers built from
+ * that. The servers that serve them are in `servers.ts`.
  *
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "./clock.ts";
-import { ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
-import type { ProxyMetrics } from "./metrics.ts";
+import type { Clock } from "../core/clock.ts";
 import type { IpFamily } from "../core/model.ts";
-
-const logger = getLogger(["kproxy", "health"]);
+import { systemClock } from "./clock.ts";
+import type { ProxyMetrics } from "./metrics.ts";
 
 /** What {@linkcode ProxyHealth.status} reports. */
 export interface ProxyHealthStatus {
@@ -90,17 +88,11 @@ export class ProxyHealth {
   }
 }
 
-/** Splits a `host:port` or `[v6]:port` bind address. */
-export function parseBindAddress(address: string): { hostname: string; port: number } {
-  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$/.exec(address);
-  const port = Number(match?.[3]);
-  if (!match || port > 65535) {
-    throw new TypeError(`Cannot parse bind address "${address}": expected host:port`);
-  }
-  return { hostname: match[1] ?? (match[2] || "0.0.0.0"), port };
-}
-
-const JSON_HEADERS = { "content-type": "application/json", "x-content-type-options": "nosniff" };
+/** The headers of kube-proxy's JSON health answers. */
+export const JSON_HEADERS = {
+  "content-type": "application/json",
+  "x-content-type-options": "nosniff",
+};
 
 /** Options for {@linkcode handleHealthRequest}. */
 export interface HealthRequestOptions {
@@ -156,127 +148,4 @@ export function handleHealthRequest(request: Request, options: HealthRequestOpti
     status: ok ? 200 : 503,
     headers: JSON_HEADERS,
   });
-}
-
-/** Options for {@linkcode startHealthServer}. */
-export interface HealthServerOptions extends HealthRequestOptions {
-  /** `host:port`; port 0 picks a free port. */
-  address: string;
-  /** Stops the server. */
-  signal?: AbortSignal;
-  /** Shared with kproxy's other servers. @default a limit of its own */
-  connections?: ConnectionLimit;
-}
-
-/**
- * Serves `/healthz` and `/livez` on `address`, within the limits of
- * {@linkcode serveHttp} (the address is reachable from the network).
- *
- * @returns the running server; `server.addr` has the bound port
- */
-export function startHealthServer(options: HealthServerOptions): HttpServer {
-  const { hostname, port } = parseBindAddress(options.address);
-  return serveHttp({
-    hostname,
-    port,
-    signal: options.signal,
-    connections: options.connections,
-    handler: (request) => handleHealthRequest(request, options),
-  });
-}
-
-/** What a health-check node port reports for one service. */
-export interface ServiceHealthInfo {
-  namespace: string;
-  name: string;
-  /** Ready endpoints of the service on this node. */
-  localEndpoints: number;
-}
-
-/** Options for {@linkcode ServiceHealthServers}. */
-export interface ServiceHealthServersOptions {
-  /** Address the servers listen on. @default {"0.0.0.0"} */
-  hostname?: string;
-  /** When given, a service reports 503 while the proxy itself is unhealthy. */
-  health?: ProxyHealth;
-  /** Shared with kproxy's other servers. @default one limit for these servers */
-  connections?: ConnectionLimit;
-}
-
-/**
- * One HTTP server per health-check node port (upstream service_health.go):
- * 200 while the service has local endpoints and the proxy is healthy, else 503.
- * Declarative: {@linkcode ServiceHealthServers.sync} starts and stops servers
- * to match the given services.
- */
-export class ServiceHealthServers {
-  readonly #hostname: string;
-  readonly #health?: ProxyHealth;
-  readonly #connections: ConnectionLimit;
-  readonly #servers = new Map<number, HttpServer>();
-  #services = new Map<number, ServiceHealthInfo>();
-
-  constructor(options: ServiceHealthServersOptions = {}) {
-    this.#hostname = options.hostname ?? "0.0.0.0";
-    this.#health = options.health;
-    this.#connections = options.connections ?? new ConnectionLimit();
-  }
-
-  /** Ports with a listening server, sorted. */
-  get ports(): number[] {
-    return [...this.#servers.keys()].sort((a, b) => a - b);
-  }
-
-  /**
-   * Makes the set of servers match `services` (health-check node port →
-   * service). A port that cannot be bound is logged and tried again next sync.
-   */
-  async sync(services: ReadonlyMap<number, ServiceHealthInfo>): Promise<void> {
-    this.#services = new Map(services);
-    const stopping: Promise<void>[] = [];
-    for (const [port, server] of this.#servers) {
-      if (!services.has(port)) {
-        this.#servers.delete(port);
-        stopping.push(server.shutdown());
-      }
-    }
-    await Promise.all(stopping);
-    for (const [port, info] of services) {
-      if (this.#servers.has(port)) continue;
-      try {
-        this.#servers.set(
-          port,
-          serveHttp({
-            hostname: this.#hostname,
-            port,
-            connections: this.#connections,
-            handler: () => this.#answer(port),
-          }),
-        );
-      } catch (error) {
-        logger.error(
-          "Cannot serve health check node port {port} of {namespace}/{name}: {error}",
-          { port, namespace: info.namespace, name: info.name, error },
-        );
-      }
-    }
-  }
-
-  /** Stops every server. */
-  async close(): Promise<void> {
-    await this.sync(new Map());
-  }
-
-  #answer(port: number): Response {
-    const info = this.#services.get(port);
-    if (!info) return new Response("404 page not found\n", { status: 404 });
-    const proxyHealthy = this.#health?.status().healthy ?? true;
-    const body = {
-      service: { namespace: info.namespace, name: info.name },
-      localEndpoints: info.localEndpoints,
-      serviceProxyHealthy: proxyHealthy,
-    };
-    const ok = info.localEndpoints > 0 && proxyHealthy;
-    return new Response(JSON.stringify(body), { status: ok ? 200 : 503, headers: JSON_HEADERS });
-  }
 }

@@ -5,9 +5,6 @@
  * @module
  */
 
-import { handleHealthRequest, parseBindAddress, type ProxyHealth } from "./health.ts";
-import { type ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
-
 /** Label names to values. */
 export type Labels = Record<string, string>;
 
@@ -399,52 +396,4 @@ export class ProxyMetrics {
       labelNames: ["ip_family"],
     });
   }
-}
-
-/** Options for {@linkcode startMetricsServer}. */
-export interface MetricsServerOptions {
-  /** `host:port` (`[v6]:port` for IPv6); port 0 picks a free port. */
-  address: string;
-  registry: Registry;
-  /** When given, /healthz and /livez are served too, as upstream's metrics server does. */
-  health?: ProxyHealth;
-  /** Counts /healthz and /livez answers. */
-  metrics?: ProxyMetrics;
-  /** Stops the server. */
-  signal?: AbortSignal;
-  /** More read-only pages by path, e.g. `/statusz`. */
-  routes?: Record<string, (request: Request) => Response>;
-  /** Shared with kproxy's other servers. @default a limit of its own */
-  connections?: ConnectionLimit;
-}
-
-/**
- * Serves `/metrics` (and `/healthz`, `/livez` when `health` is given) within
- * the limits of {@linkcode serveHttp}.
- *
- * @returns the running server; `server.addr` has the bound port
- */
-export function startMetricsServer(options: MetricsServerOptions): HttpServer {
-  const { hostname, port } = parseBindAddress(options.address);
-  const { signal, connections } = options;
-  return serveHttp({
-    hostname,
-    port,
-    signal,
-    connections,
-    handler: (request) => {
-      const { pathname } = new URL(request.url);
-      if (pathname === "/metrics") {
-        return new Response(options.registry.expose(), {
-          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
-        });
-      }
-      if (options.health && (pathname === "/healthz" || pathname === "/livez")) {
-        return handleHealthRequest(request, { health: options.health, metrics: options.metrics });
-      }
-      const extra = options.routes?.[pathname];
-      if (extra) return extra(request);
-      return new Response("404 page not found\n", { status: 404 });
-    },
-  });
 }

@@ -8,8 +8,9 @@
 
 import { getLogger } from "@logtape/logtape";
 import type { Backend, SyncResult } from "../core/backend.ts";
-import { type Clock, systemClock } from "./clock.ts";
-import type { ServiceHealthInfo } from "./health.ts";
+import { systemClock } from "./clock.ts";
+import type { Clock } from "../core/clock.ts";
+import type { ServiceHealthInfo } from "./servers.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { NodePlans, Plan } from "../core/plan.ts";

@@ -7,7 +7,8 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { type Clock, systemClock } from "./clock.ts";
+import { systemClock } from "./clock.ts";
+import type { Clock } from "../core/clock.ts";
 
 const logger = getLogger(["kproxy", "runner"]);
 

@@ -5,7 +5,8 @@
  * @module
  */
 
-import { type Executor, runChecked } from "./exec.ts";
+import { runChecked } from "./exec.ts";
+import type { Executor } from "../core/executor.ts";
 
 const KEY = /^[a-z0-9_]+(?:[./][a-zA-Z0-9_-]+)+$/;
 const VALUE = /^[a-zA-Z0-9_. -]{1,64}$/;

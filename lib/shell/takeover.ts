@@ -12,7 +12,8 @@ import { getLogger } from "@logtape/logtape";
 import { splitSave } from "../../backends/iptables/cleanup.ts";
 import { createBackend, LEFTOVERS, PROXY_MODES } from "../../backends/registry.ts";
 import type { Config, ProxyMode } from "../config/types.ts";
-import { DenoExecutor, type Executor, isMissingProgram, runChecked } from "./exec.ts";
+import { DenoExecutor, isMissingProgram, runChecked } from "./exec.ts";
+import type { Executor } from "../core/executor.ts";
 import { LINUX_PROGRAMS, MODE_PROGRAMS } from "./permissions.ts";
 
 const logger = getLogger(["kproxy", "takeover"]);

@@ -7,7 +7,7 @@
  */
 
 import type { Backend } from "../../lib/core/backend.ts";
-import type { Command, CommandResult, Executor } from "../../lib/shell/exec.ts";
+import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 

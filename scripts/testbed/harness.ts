@@ -14,12 +14,8 @@ import { main, type RunningApp } from "../../lib/commands/app.ts";
 import type { Config } from "../../lib/config/types.ts";
 import type { NodePlans } from "../../lib/core/plan.ts";
 import { ANY_ARGUMENTS, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
-import {
-  type Command,
-  type CommandResult,
-  DenoExecutor,
-  type Executor,
-} from "../../lib/shell/exec.ts";
+import { DenoExecutor } from "../../lib/shell/exec.ts";
+import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import { setupLogging } from "../../lib/shell/log.ts";
 import type { Source, SourceEvent, SourceListener } from "../../lib/core/source.ts";
 import {

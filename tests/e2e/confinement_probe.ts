@@ -6,7 +6,8 @@
  * @module
  */
 
-import { type Command, DenoExecutor } from "../../lib/shell/exec.ts";
+import { DenoExecutor } from "../../lib/shell/exec.ts";
+import type { Command } from "../../lib/core/executor.ts";
 import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
 
 /** The commands tried, by name. */

@@ -131,7 +131,7 @@ Deno.test("KubeSource.start() lists every kind, then reports synced once", async
 Deno.test("KubeSource feeds a Tracker objects that keep spec.topologyKeys", async () => {
   await withSource(fillCluster, async ({ events, saw }) => {
     await saw("synced");
-    const tracker = new Tracker({ nodeName: "node-a" });
+    const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => 0 } });
     for (const event of events) tracker.apply(event);
     const { state, globalChange } = tracker.drain();
     assert.equal(tracker.synced, true);

@@ -14,12 +14,8 @@ import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import type { Backend } from "../../lib/core/backend.ts";
 import { defaultConfig } from "../../lib/config/command_line.ts";
-import {
-  type Command,
-  type CommandResult,
-  type Executor,
-  stdinWrites,
-} from "../../lib/shell/exec.ts";
+import { stdinWrites } from "../../lib/shell/exec.ts";
+import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { benchPlan } from "../../scripts/bench/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";

@@ -195,7 +195,7 @@ export function plans(ipv4: ServicePortPlan[], ipv6: ServicePortPlan[] = []): Pl
  * pod and service addresses: for cases about what the parsers refuse.
  */
 export function plannedFromObjects(objects: Record<string, unknown>[]): Plan[] {
-  const tracker = new Tracker({ nodeName: "node-a" });
+  const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => 0 } });
   for (const object of objects) {
     tracker.apply({ type: "upsert", kind: object.kind as ObjectKind, object });
   }

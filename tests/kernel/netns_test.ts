@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { FakeExecutor } from "../../lib/shell/exec.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 import { countSynFin, sendSynFin } from "./cases.ts";
 import { ADDRESSES, kernelSkipReason, NetnsExecutor, Topology } from "./netns.ts";
 

@@ -100,7 +100,7 @@ function replay(
 Deno.test("Tracker and planNode() never throw on any sequence of valid and broken events", () => {
   fc.assert(
     fc.property(plannerOptionsArb, eventsArb, (options, events) => {
-      const tracker = new Tracker({ nodeName: THIS_NODE });
+      const tracker = new Tracker({ nodeName: THIS_NODE, clock: { now: () => 0 } });
       for (const event of events) tracker.apply(event);
       const plans = planNode({ state: tracker.drain().state, options });
       assert.equal(plans.ipv4.family, "IPv4");
@@ -113,7 +113,7 @@ Deno.test("Tracker and planNode() never throw on any sequence of valid and broke
 Deno.test("planNode() lets no unsafe string reach a Plan, whatever the events", () => {
   fc.assert(
     fc.property(plannerOptionsArb, eventsArb, (options, events) => {
-      const tracker = new Tracker({ nodeName: THIS_NODE });
+      const tracker = new Tracker({ nodeName: THIS_NODE, clock: { now: () => 0 } });
       for (const event of events) tracker.apply(event);
       assertSafePlans(planNode({ state: tracker.drain().state, options }));
     }),
@@ -124,7 +124,7 @@ Deno.test("planNode() lets no unsafe string reach a Plan, whatever the events", 
 Deno.test("planNode() plans every valid cluster with only safe strings", () => {
   fc.assert(
     fc.property(plannerOptionsArb, clusterArb({ large: true }), (options, cluster) => {
-      const tracker = new Tracker({ nodeName: THIS_NODE });
+      const tracker = new Tracker({ nodeName: THIS_NODE, clock: { now: () => 0 } });
       for (const event of listEvents(cluster)) tracker.apply(event);
       const state = tracker.drain().state;
       assert.equal(state.services.size, cluster.services.length, "every valid service is kept");

@@ -7,7 +7,7 @@
  */
 
 import type FakeTimers from "@sinonjs/fake-timers";
-import type { Clock } from "../../lib/shell/clock.ts";
+import type { Clock } from "../../lib/core/clock.ts";
 
 /** A fake-timers clock, created or installed. */
 export type FakeTimersClock = ReturnType<typeof FakeTimers.createClock>;

@@ -10,7 +10,9 @@ import { defaultConfig } from "../../lib/config/command_line.ts";
 import type { ProxyMode } from "../../lib/config/types.ts";
 import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/core/conntrack.ts";
 import { kernelDiff } from "../../lib/commands/diff.ts";
-import { type Command, DenoExecutor, FakeExecutor } from "../../lib/shell/exec.ts";
+import { DenoExecutor } from "../../lib/shell/exec.ts";
+import type { Command } from "../../lib/core/executor.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 import { LINUX_PROGRAMS, MODE_PROGRAMS } from "../../lib/shell/permissions.ts";
 
 const manifests = new URL("../../scripts/manifests", import.meta.url).pathname;

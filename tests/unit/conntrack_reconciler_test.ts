@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ConntrackReconciler } from "../../lib/shell/conntrack_reconciler.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { ProxyMetrics } from "../../lib/shell/metrics.ts";
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";

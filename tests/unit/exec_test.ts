@@ -3,11 +3,11 @@ import {
   ALL_PROGRAMS,
   CommandError,
   DenoExecutor,
-  FakeExecutor,
   runChecked,
   STDIN_CHUNK,
   stdinWrites,
 } from "../../lib/shell/exec.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 import { ANY_ARGUMENTS } from "../../lib/shell/command_policy.ts";
 import { readSysctl, setSysctls } from "../../lib/shell/sysctl.ts";
 

@@ -18,7 +18,7 @@ const MANIFESTS = new URL("../../scripts/manifests/", import.meta.url);
 
 /** The shipped manifests, with optional extra or replacing objects applied after them. */
 function loadState(overlay: Record<string, unknown>[] = []): ClusterState {
-  const tracker = new Tracker({ nodeName: "node-a" });
+  const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => 0 } });
   const files = [...Deno.readDirSync(MANIFESTS)]
     .map((entry) => entry.name)
     .filter((name) => /\.(ya?ml|json)$/.test(name))

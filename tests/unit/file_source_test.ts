@@ -134,7 +134,7 @@ Deno.test("FileSource follows changes, additions and deletions", async () => {
 });
 
 Deno.test("FileSource loads scripts/manifests into a valid tracker state", async () => {
-  const tracker = new Tracker({ nodeName: "node-a" });
+  const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => 0 } });
   const controller = new AbortController();
   const dir = new URL("../../scripts/manifests", import.meta.url).pathname;
   const done = new FileSource({ dir }).start((event) => {

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
+import { formatGoTime, handleHealthRequest, ProxyHealth } from "../../lib/shell/health.ts";
 import {
-  formatGoTime,
-  handleHealthRequest,
   parseBindAddress,
-  ProxyHealth,
   ServiceHealthServers,
   startHealthServer,
-} from "../../lib/shell/health.ts";
+} from "../../lib/shell/servers.ts";
 import { ProxyMetrics } from "../../lib/shell/metrics.ts";
 
 const SYNC_PERIOD_MS = 30_000;

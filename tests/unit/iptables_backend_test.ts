@@ -3,7 +3,7 @@ import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
 import { defaultConfig } from "../../lib/config/command_line.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES, uniformCluster } from "../golden/iptables/fixtures.ts";
 import { NetnsExecutor } from "../../scripts/netns.ts";

@@ -4,7 +4,7 @@ import { removeChains, splitSave } from "../../backends/iptables/cleanup.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
 import { defaultConfig } from "../../lib/config/command_line.ts";
-import { FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
 
 /** A node's `iptables-save` after kube-proxy 1.36 in iptables mode, with kubelet's and another tool's rules. */

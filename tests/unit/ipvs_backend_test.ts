@@ -1,7 +1,8 @@
 import { deepStrictEqual as assertEquals, ok, rejects } from "node:assert/strict";
 import { createIpvsBackend, IpvsUnavailableError } from "../../backends/ipvs/applier.ts";
 import type { SyncRequest } from "../../lib/core/backend.ts";
-import { type Command, type CommandResult, FakeExecutor } from "../../lib/shell/exec.ts";
+import type { Command, CommandResult } from "../../lib/core/executor.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 

@@ -5,9 +5,9 @@ import {
   NETWORK_PROGRAMMING_BUCKETS,
   ProxyMetrics,
   Registry,
-  startMetricsServer,
   SYNC_DURATION_BUCKETS,
 } from "../../lib/shell/metrics.ts";
+import { startMetricsServer } from "../../lib/shell/servers.ts";
 
 Deno.test("Registry.expose() writes counters and gauges with HELP, TYPE and escaped labels", () => {
   const registry = new Registry();

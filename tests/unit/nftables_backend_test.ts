@@ -1,12 +1,9 @@
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { defaultConfig } from "../../lib/config/command_line.ts";
-import {
-  CommandError,
-  type CommandResult,
-  FakeExecutor,
-  type RecordedCommand,
-} from "../../lib/shell/exec.ts";
+import { CommandError } from "../../lib/shell/exec.ts";
+import type { CommandResult } from "../../lib/core/executor.ts";
+import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 import { withLogRecords } from "../support/logs.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { parseTableChains, ruleLines, SkeletonCheck } from "../../backends/nftables/drift.ts";
-import { FakeExecutor } from "../../lib/shell/exec.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 
 const BASE_CHAIN = `table ip kproxy {
 	map service-ips {

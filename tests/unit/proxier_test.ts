@@ -10,7 +10,7 @@ import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/sh
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
-import type { ServiceHealthInfo } from "../../lib/shell/health.ts";
+import type { ServiceHealthInfo } from "../../lib/shell/servers.ts";
 
 const NODE = "node-a";
 

@@ -14,7 +14,8 @@ import {
   renderWindows,
 } from "../../backends/windows/render.ts";
 import type { SyncRequest } from "../../lib/core/backend.ts";
-import { type CommandResult, FakeExecutor, type RecordedCommand } from "../../lib/shell/exec.ts";
+import type { CommandResult } from "../../lib/core/executor.ts";
+import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 

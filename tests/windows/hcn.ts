@@ -12,13 +12,8 @@
 
 import { deepStrictEqual as assertEquals, ok } from "node:assert/strict";
 import { POWERSHELL_ARGS } from "../../backends/windows/applier.ts";
-import {
-  type Command,
-  type CommandResult,
-  DenoExecutor,
-  type Executor,
-  spawnCommand,
-} from "../../lib/shell/exec.ts";
+import { DenoExecutor, spawnCommand } from "../../lib/shell/exec.ts";
+import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import {
   ANY_ARGUMENTS,
   commandRefusal,
