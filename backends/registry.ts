@@ -11,6 +11,12 @@ import type { Backend } from "../lib/core/backend.ts";
 import { type ChainOwnership, isIptablesModeChain } from "./iptables/chains.ts";
 import { isIpvsModeChain } from "./ipvs/iptables.ts";
 
+export {
+  type HandBackOutcome,
+  handBackToKubeProxy,
+  type HandBackToKubeProxyOptions,
+} from "./hand_back.ts";
+
 /** What every backend factory receives. */
 export interface BackendOptions {
   executor: Executor;

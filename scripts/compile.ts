@@ -16,7 +16,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { toPortRange } from "../lib/config/command_line.ts";
+import { toPortRange } from "../lib/config/values.ts";
 import type { PortRange } from "../lib/config/types.ts";
 import {
   denoFlags,

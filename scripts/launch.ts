@@ -11,7 +11,8 @@
  * @module
  */
 
-import { ConfigError, parseCommandLine } from "../lib/config/command_line.ts";
+import { parseCommandLine } from "../lib/config/command_line.ts";
+import { ConfigError } from "../lib/config/values.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../lib/shell/permissions.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;

@@ -23,8 +23,9 @@
  * @module
  */
 
-import { planOnce, stableJson } from "../lib/commands/app.ts";
-import { parseDuration } from "../lib/config/command_line.ts";
+import { planOnce } from "../lib/commands/app.ts";
+import { stableJson } from "../lib/commands/stable_json.ts";
+import { parseDuration } from "../lib/config/values.ts";
 import { KubeSource } from "../lib/shell/source/kube.ts";
 import { FakeApiServer, writeKubeconfig } from "./testbed/fake_apiserver.ts";
 import {

@@ -54,6 +54,7 @@ import {
   type SyncInputs,
 } from "./render.ts";
 import type { IptablesRestoreScript } from "./script.ts";
+import { iptablesServiceOf, parseIptablesSave } from "./listing.ts";
 
 const logger = getLogger(["kproxy", "iptables"]);
 
@@ -205,7 +206,6 @@ class IptablesBackend implements Backend {
     const variant = this.#config.iptables.backend === "legacy" ? "legacy" : "nft";
     const mine = plans.filter((plan) => this.#families.has(plan.family));
     return {
-      format: "iptables-save",
       load: mine.map((plan) => ({
         program: iptablesPrograms(variant, plan.family).restore,
         args: ["-w", "5"],
@@ -215,6 +215,8 @@ class IptablesBackend implements Backend {
         program: iptablesPrograms(variant, plan.family).save,
         args: [],
       })),
+      parse: parseIptablesSave,
+      serviceOf: iptablesServiceOf,
     };
   }
 

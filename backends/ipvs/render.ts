@@ -12,8 +12,6 @@ import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
 
-export { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
-
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
 

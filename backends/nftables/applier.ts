@@ -34,10 +34,7 @@ import {
   tableRef,
 } from "./render.ts";
 import type { TableRef, Transaction } from "./transaction.ts";
-
-export * from "./atomic.ts";
-export * from "./render.ts";
-export * from "./transaction.ts";
+import { nftServiceOf, parseNftListing } from "./listing.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);
 
@@ -254,7 +251,6 @@ class NftablesBackend implements Backend {
   inspect(plans: Plan[]): KernelInspection {
     const mine = plans.filter((plan) => this.#families.has(plan.family));
     return {
-      format: "nft",
       load: [{
         program: "nft",
         args: ["-f", "-"],
@@ -264,6 +260,8 @@ class NftablesBackend implements Backend {
         program: "nft",
         args: ["list", "table", nftFamily(plan.family), this.#table],
       })),
+      parse: (text) => parseNftListing(text),
+      serviceOf: nftServiceOf(plans),
     };
   }
 

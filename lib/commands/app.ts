@@ -13,11 +13,11 @@ import { createBackend } from "../../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
-  ConfigError,
-  effectiveSyncPeriods,
-  helpText,
   parseCommandLine,
 } from "../config/command_line.ts";
+import { ConfigError } from "../config/values.ts";
+import { effectiveSyncPeriods } from "../config/defaults.ts";
+import { helpText } from "../config/help.ts";
 import type { Config } from "../config/types.ts";
 import { ConntrackReconciler } from "../shell/conntrack_reconciler.ts";
 import { systemClock } from "../shell/clock.ts";
@@ -38,13 +38,13 @@ import type { Source } from "../core/source.ts";
 import { Tracker } from "../core/tracker.ts";
 import { kernelDiff } from "./diff.ts";
 import { runExplain } from "./explain.ts";
-import { formatServiceDiffs } from "./kernel_diff.ts";
+import { formatServiceDiffs } from "./diff.ts";
 import type { ClusterState } from "../core/state.ts";
-import { countPlans, statusHandler, SyncHistory } from "./status.ts";
+import { countPlans } from "./status/snapshot.ts";
+import { statusHandler } from "./status/handler.ts";
+import { SyncHistory } from "../shell/sync_history.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
 import { stableJson, writeStableJson } from "./stable_json.ts";
-
-export { stableJson };
 
 const logger = getLogger(["kproxy", "app"]);
 
@@ -89,6 +89,12 @@ export interface AppOptions {
   serviceHealthHostname?: string;
   /** Called once `run` has started its servers, source and runner. */
   onStarted?: (app: RunningApp) => void;
+  /**
+   * Loads the kernel demo's module (`scripts/demo.ts`, its `runDemo`), which
+   * lives outside lib/; without it, or when it fails to load, `demo` prints
+   * the plan of the shipped manifests instead.
+   */
+  loadDemo?: () => Promise<Record<string, unknown>>;
 }
 
 const encoder = new TextEncoder();
@@ -438,9 +444,7 @@ async function runDemo(commandLine: CommandLine, options: AppOptions): Promise<n
   const io = options.io ?? processIO;
   let demo: Record<string, unknown> | undefined;
   try {
-    // A computed specifier keeps the demo (and its netns helpers) out of bundles.
-    const specifier = new URL("../../scripts/demo.ts", import.meta.url).href;
-    demo = await import(specifier);
+    demo = await options.loadDemo?.();
   } catch (error) {
     logger.debug("No kernel demo: {error}", { error });
   }

@@ -2,23 +2,15 @@
  * `kproxy diff`: what the next sync would change in the kernel, compared with
  * what the kernel holds now. The desired rules are loaded into a scratch
  * network namespace so both sides are listed by the same tool in the same
- * canonical form, then compared per service (lib/kernel_diff.ts).
+ * canonical form, then compared per service. The mode's inspection reads the
+ * listings and attributes what differs to services (`Backend.inspect`).
  *
  * @module
  */
 
-import type { Backend } from "../core/backend.ts";
+import type { Backend, Listing } from "../core/backend.ts";
 import { runChecked } from "../shell/exec.ts";
 import type { Command, Executor } from "../core/executor.ts";
-import {
-  diffListings,
-  elementOwners,
-  groupByService,
-  type Listing,
-  parseIptablesSave,
-  parseNftListing,
-  type ServiceDiff,
-} from "./kernel_diff.ts";
 import type { Plan } from "../core/plan.ts";
 
 /** Options of {@linkcode kernelDiff}. */
@@ -57,12 +49,9 @@ export async function kernelDiff(options: KernelDiffOptions): Promise<ServiceDif
     await executor.run({ program: "ip", args: ["netns", "del", scratch] });
   }
   const kernelText = await listAll(executor, inspection.list);
-  const parse: (text: string) => Listing = inspection.format === "nft"
-    ? (text) => parseNftListing(text)
-    : parseIptablesSave;
   return groupByService(
-    diffListings(parse(desiredText), parse(kernelText)),
-    elementOwners(options.plans),
+    diffListings(inspection.parse(desiredText), inspection.parse(kernelText)),
+    inspection.serviceOf,
   );
 }
 
@@ -73,4 +62,93 @@ async function listAll(executor: Executor, commands: Command[]): Promise<string>
     if (result.code === 0) text += result.stdout + "\n";
   }
   return text;
+}
+
+/** Lines the next sync would add to and remove from one block. */
+export interface BlockDiff {
+  block: string;
+  /** In the desired state, missing from the kernel. */
+  added: string[];
+  /** In the kernel, not in the desired state. */
+  removed: string[];
+}
+
+/** The differences that concern one service, or "(global)" for shared objects. */
+export interface ServiceDiff {
+  service: string;
+  blocks: BlockDiff[];
+}
+
+/** Compares a desired listing with the kernel's, block by block. */
+export function diffListings(desired: Listing, kernel: Listing): BlockDiff[] {
+  const blocks = [...new Set([...desired.keys(), ...kernel.keys()])].sort();
+  const diffs: BlockDiff[] = [];
+  for (const block of blocks) {
+    const want = desired.get(block);
+    const have = kernel.get(block);
+    const added = want === undefined ? [] : [...want].filter((line) => !have?.has(line));
+    const removed = have === undefined ? [] : [...have].filter((line) => !want?.has(line));
+    if (want !== undefined && have === undefined) added.unshift(`(new ${block})`);
+    if (have !== undefined && want === undefined) removed.unshift(`(stale ${block})`);
+    if (added.length > 0 || removed.length > 0) {
+      diffs.push({ block, added: added.sort(), removed: removed.sort() });
+    }
+  }
+  return diffs;
+}
+
+/**
+ * Groups block differences by the service `serviceOf` (the mode's
+ * attribution) says a block, or else each of its lines, concerns; the rest
+ * under "(global)".
+ */
+export function groupByService(
+  diffs: readonly BlockDiff[],
+  serviceOf: (text: string) => string | undefined,
+): ServiceDiff[] {
+  const groups = new Map<string, BlockDiff[]>();
+  const add = (service: string, diff: BlockDiff) => {
+    const list = groups.get(service) ?? [];
+    const existing = list.find((entry) => entry.block === diff.block);
+    if (existing) {
+      existing.added.push(...diff.added);
+      existing.removed.push(...diff.removed);
+    } else {
+      list.push({ block: diff.block, added: [...diff.added], removed: [...diff.removed] });
+    }
+    groups.set(service, list);
+  };
+  for (const diff of diffs) {
+    const owner = serviceOf(diff.block);
+    if (owner !== undefined) {
+      add(owner, diff);
+      continue;
+    }
+    for (const [side, lines] of [["added", diff.added], ["removed", diff.removed]] as const) {
+      for (const line of lines) {
+        const service = serviceOf(line) ?? "(global)";
+        const entry: BlockDiff = { block: diff.block, added: [], removed: [] };
+        entry[side].push(line);
+        add(service, entry);
+      }
+    }
+  }
+  return [...groups.entries()]
+    .sort(([a], [b]) => (a === "(global)" ? 1 : b === "(global)" ? -1 : a < b ? -1 : 1))
+    .map(([service, blocks]) => ({ service, blocks }));
+}
+
+/** Renders grouped differences as readable `+`/`-` lines, or "in sync". */
+export function formatServiceDiffs(groups: readonly ServiceDiff[]): string {
+  if (groups.length === 0) return "in sync: the kernel holds what the next sync would program\n";
+  const out: string[] = [];
+  for (const { service, blocks } of groups) {
+    out.push(service === "(global)" ? "shared objects:" : `service ${service}:`);
+    for (const { block, added, removed } of blocks) {
+      out.push(`  ${block}`);
+      for (const line of removed) out.push(`    - ${line}`);
+      for (const line of added) out.push(`    + ${line}`);
+    }
+  }
+  return out.join("\n") + "\n";
 }

@@ -72,12 +72,17 @@ export interface Backend {
   inspect?(plans: Plan[]): KernelInspection;
 }
 
-/** Commands that show a mode's rules as the kernel lists them. */
+/** A kernel listing: each block (chain, set, map) with its normalised lines. */
+export type Listing = Map<string, Set<string>>;
+
+/** How `kproxy diff` loads, lists and reads a mode's rules. */
 export interface KernelInspection {
-  /** The listing format: `nft list table` or `iptables-save` output. */
-  format: "nft" | "iptables-save";
   /** Loads the full desired state into an empty network namespace. */
   load: Command[];
   /** Lists the mode's rules; a failing command lists nothing (e.g. no table yet). */
   list: Command[];
+  /** Reads the output of `list` into blocks of normalised lines. */
+  parse(text: string): Listing;
+  /** The service (`namespace/name`) a block name or a listed line concerns, if any. */
+  serviceOf(text: string): string | undefined;
 }

@@ -14,7 +14,7 @@ import type { ServiceHealthInfo } from "./servers.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { NodePlans, Plan } from "../core/plan.ts";
-import type { SyncHistory } from "../commands/status.ts";
+import type { SyncHistory } from "./sync_history.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../core/planner.ts";
 import type { SourceEvent } from "../core/source.ts";
 import type { StateChange } from "../core/state.ts";

@@ -9,10 +9,16 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import { splitSave } from "../../backends/iptables/cleanup.ts";
-import { createBackend, LEFTOVERS, PROXY_MODES } from "../../backends/registry.ts";
+import {
+  createBackend,
+  type HandBackOutcome,
+  handBackToKubeProxy,
+  type HandBackToKubeProxyOptions,
+  LEFTOVERS,
+  PROXY_MODES,
+} from "../../backends/registry.ts";
 import type { Config, ProxyMode } from "../config/types.ts";
-import { DenoExecutor, isMissingProgram, runChecked } from "./exec.ts";
+import { DenoExecutor } from "./exec.ts";
 import type { Executor } from "../core/executor.ts";
 import { LINUX_PROGRAMS, MODE_PROGRAMS } from "./permissions.ts";
 
@@ -114,62 +120,13 @@ export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promis
 }
 
 /** Options for {@linkcode handBack}. */
-export interface HandBackOptions {
-  config: Config;
+export interface HandBackOptions extends Omit<HandBackToKubeProxyOptions, "executor"> {
   /** @default a DenoExecutor for every Linux mode's programs */
   executor?: Executor;
-  /** How long to wait for kube-proxy's rules. @default {300000} */
-  timeoutMs?: number;
-  /** Time between two looks at the kernel. @default {250} */
-  pollMs?: number;
 }
 
-/** What {@linkcode handBack} did. */
-export type HandBackOutcome = "removed" | "nothing to remove" | "timed out";
-
-/**
- * `kproxy hand-back`, the last step of rolling back to kube-proxy: waits
- * until kube-proxy's rules are in the kernel (its `kube-proxy` nftables
- * table, or its KUBE-SERVICES jump in the iptables nat table), then removes
- * kproxy's own nftables tables in one transaction. kproxy's iptables and ipvs
- * rules carry kube-proxy's names: kube-proxy rewrites them in place, so there
- * is nothing to remove for those modes.
- */
-export async function handBack(options: HandBackOptions): Promise<HandBackOutcome> {
+/** `kproxy hand-back` (see {@linkcode handBackToKubeProxy}), with kproxy's Linux programs. */
+export function handBack(options: HandBackOptions): Promise<HandBackOutcome> {
   const executor = options.executor ?? new DenoExecutor({ allowedPrograms: LINUX_PROGRAMS });
-  const { createNftablesBackend, parseTableList } = await import(
-    "../../backends/nftables/applier.ts"
-  );
-  const tables = async () =>
-    parseTableList(
-      (await runChecked(executor, { program: "nft", args: ["list", "tables"] })).stdout,
-    );
-  const own = (await tables()).filter((entry) => /^ip6? kproxy$/.test(entry));
-  if (own.length === 0) {
-    logger.info("kproxy has no nftables tables here: nothing to hand back");
-    return "nothing to remove";
-  }
-  const deadline = performance.now() + (options.timeoutMs ?? 300_000);
-  while (!await kubeProxyRulesPresent(executor, await tables())) {
-    if (performance.now() > deadline) return "timed out";
-    await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 250));
-  }
-  logger.info("kube-proxy's rules are in the kernel: removing kproxy's");
-  await createNftablesBackend({ executor, config: options.config }).cleanup();
-  return "removed";
-}
-
-/** Whether kube-proxy's rules are in the kernel, in any of its modes. */
-async function kubeProxyRulesPresent(executor: Executor, tables: string[]): Promise<boolean> {
-  if (tables.includes("ip kube-proxy")) return true;
-  for (const save of ["iptables-nft-save", "iptables-legacy-save"]) {
-    try {
-      const result = await executor.run({ program: save, args: [] });
-      const nat = result.code === 0 ? splitSave(result.stdout).get("nat") : undefined;
-      if (nat !== undefined && /^-A PREROUTING .*-j KUBE-SERVICES$/m.test(nat)) return true;
-    } catch (error) {
-      if (!isMissingProgram(error)) throw error;
-    }
-  }
-  return false;
+  return handBackToKubeProxy({ ...options, executor });
 }

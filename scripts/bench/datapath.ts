@@ -12,7 +12,7 @@
 import type { Backend } from "../../lib/core/backend.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { Plan, PlanEndpoint } from "../../lib/core/plan.ts";
 import { NetnsExecutor, Topology } from "../netns.ts";
 import { benchPlan } from "./plan.ts";

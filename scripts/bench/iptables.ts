@@ -13,7 +13,7 @@
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { renderFull } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
 import { timeFullThenOneChange } from "./harness.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";

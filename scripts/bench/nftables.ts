@@ -15,7 +15,7 @@
 
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { renderFull } from "../../backends/nftables/render.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
 import { median, timeFullThenOneChange } from "./harness.ts";

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import type { Backend } from "../../lib/core/backend.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { stdinWrites } from "../../lib/shell/exec.ts";
 import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";

@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import {
   assertServedBy,
   canonicalTable,

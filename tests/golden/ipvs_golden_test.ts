@@ -1,12 +1,7 @@
 import { deepStrictEqual as assertEquals } from "node:assert/strict";
 import { isDeepStrictEqual } from "node:util";
-import {
-  IPVS_SCHEDULERS,
-  renderDummyBatch,
-  renderIpsetRestoreFull,
-  renderIpvs,
-  renderIpvsadmRestore,
-} from "../../backends/ipvs/render.ts";
+import { renderDummyBatch, renderIpsetRestoreFull, renderIpvs, renderIpvsadmRestore } from "../../backends/ipvs/render.ts";
+import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
 import { renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
 import { spawnCommand } from "../../lib/shell/exec.ts";
 import { planOf, SCENARIOS, servicePort } from "./ipvs/plans.ts";

@@ -6,7 +6,7 @@ import {
   commandRefusal,
   KPROXY_COMMAND_POLICY,
 } from "../../lib/shell/command_policy.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { ProxyMode } from "../../lib/config/types.ts";
 import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/core/conntrack.ts";
 import { kernelDiff } from "../../lib/commands/diff.ts";

@@ -1,15 +1,12 @@
 import assert from "node:assert/strict";
+import { type CommandLine, parseCommandLine } from "../../lib/config/command_line.ts";
+import { ConfigError, formatDuration, parseDuration } from "../../lib/config/values.ts";
 import {
-  type CommandLine,
-  ConfigError,
   defaultConfig,
   effectiveSyncPeriods,
   FEATURE_GATE_DEFAULTS,
-  formatDuration,
-  helpText,
-  parseCommandLine,
-  parseDuration,
-} from "../../lib/config/command_line.ts";
+} from "../../lib/config/defaults.ts";
+import { helpText } from "../../lib/config/help.ts";
 import type { Config, ProxyMode } from "../../lib/config/types.ts";
 
 /** An environment with in-memory files and host name "Node-A". */

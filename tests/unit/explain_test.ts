@@ -9,7 +9,7 @@ import {
   runExplain,
 } from "../../lib/commands/explain.ts";
 import { type PlannerOptions, planNode } from "../../lib/core/planner.ts";
-import { parseManifest } from "../../lib/shell/source/file.ts";
+import { parseManifest } from "../../lib/shell/source/manifest.ts";
 import type { ObjectKind } from "../../lib/core/source.ts";
 import type { ClusterState } from "../../lib/core/state.ts";
 import { Tracker } from "../../lib/core/tracker.ts";

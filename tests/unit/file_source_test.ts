@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { FileSource, type FileSourceOptions, parseManifest } from "../../lib/shell/source/file.ts";
+import { FileSource, type FileSourceOptions } from "../../lib/shell/source/file.ts";
+import { parseManifest } from "../../lib/shell/source/manifest.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import { Tracker } from "../../lib/core/tracker.ts";
 import { withLogRecords } from "../support/logs.ts";

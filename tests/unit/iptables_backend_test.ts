@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { endpointChainName, serviceChainNames } from "../../backends/iptables/names.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";

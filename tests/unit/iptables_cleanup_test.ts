@@ -3,7 +3,7 @@ import { isIptablesModeChain } from "../../backends/iptables/chains.ts";
 import { removeChains, splitSave } from "../../backends/iptables/cleanup.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
 

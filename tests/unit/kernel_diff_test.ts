@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
 import { plan, servicePort } from "../golden/nftables/fixtures.ts";
-import {
-  diffListings,
-  elementOwners,
-  formatServiceDiffs,
-  groupByService,
-  parseIptablesSave,
-  parseNftListing,
-} from "../../lib/commands/kernel_diff.ts";
+import { diffListings, formatServiceDiffs, groupByService } from "../../lib/commands/diff.ts";
+import { nftServiceOf, parseNftListing } from "../../backends/nftables/listing.ts";
+import { iptablesServiceOf, parseIptablesSave } from "../../backends/iptables/listing.ts";
 
 const NFT = `table ip kproxy {
 	comment "rules for kproxy"
@@ -66,7 +61,7 @@ Deno.test("groupByService() attributes changed rules and elements to their servi
       .replace(/\s+10\.96\.0\.10 \. tcp \. 80 : goto svc-default\/web\/tcp\/http/, "")
       .replace("dns,", "dns"),
   );
-  const groups = groupByService(diffListings(parseNftListing(NFT), kernel));
+  const groups = groupByService(diffListings(parseNftListing(NFT), kernel), nftServiceOf([]));
   assert.deepEqual(groups.map((group) => group.service), ["default/web"]);
   const text = formatServiceDiffs(groups);
   assert.match(text, /service default\/web:/);
@@ -76,7 +71,7 @@ Deno.test("groupByService() attributes changed rules and elements to their servi
 });
 
 Deno.test("groupByService() attributes slot-map and dispatch elements by their key", () => {
-  const owners = elementOwners([
+  const owners = nftServiceOf([
     plan([servicePort("ns1", "web", { clusterIPs: ["172.30.0.10"], nodePort: 30080 })]),
   ]);
   const groups = groupByService([
@@ -96,7 +91,7 @@ Deno.test("diffListings() reports stale and missing blocks", () => {
   const kernel = parseNftListing(NFT);
   kernel.delete("ip chain svc-default/web/tcp/http");
   kernel.set("ip chain svc-default/gone/tcp/http", new Set(["dnat to 10.244.9.9:80"]));
-  const text = formatServiceDiffs(groupByService(diffListings(desired, kernel)));
+  const text = formatServiceDiffs(groupByService(diffListings(desired, kernel), nftServiceOf([])));
   assert.match(
     text,
     /service default\/gone:\n {2}ip chain svc-default\/gone\/tcp\/http\n {4}- \(stale/,
@@ -133,6 +128,6 @@ COMMIT
   assert.equal(listing.get("nat KUBE-SVC-NPX46M4PTMTKRN6Y")!.size, 0);
   const removed = new Map(listing);
   removed.set("nat KUBE-SERVICES", new Set());
-  const groups = groupByService(diffListings(listing, removed));
+  const groups = groupByService(diffListings(listing, removed), iptablesServiceOf);
   assert.deepEqual(groups.map((group) => group.service), ["default/web"]);
 });

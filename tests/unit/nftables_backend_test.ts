@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
 import type { CommandResult } from "../../lib/core/executor.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";

@@ -92,7 +92,7 @@ Deno.test("permissionsFor() refuses a node port range too wide for one flag", ()
 });
 
 Deno.test("permissionInputFor() grants the node port range for health checks, nothing bare", async () => {
-  const { defaultConfig } = await import("../../lib/config/command_line.ts");
+  const { defaultConfig } = await import("../../lib/config/defaults.ts");
   const config = { ...defaultConfig("node-a"), manifests: "/srv/manifests" };
   const set = permissionsFor(
     permissionInputFor(config, { readTextFile: () => "", getEnv: () => undefined }),
@@ -121,7 +121,7 @@ Deno.test("hostPortOfURL() fills the scheme's default port", () => {
 });
 
 Deno.test("permissionInputFor() finds the apiserver and the files a kubeconfig names", async (t) => {
-  const { defaultConfig } = await import("../../lib/config/command_line.ts");
+  const { defaultConfig } = await import("../../lib/config/defaults.ts");
   const kubeconfig = `
 apiVersion: v1
 kind: Config

@@ -1,16 +1,10 @@
 import assert from "node:assert/strict";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
-import {
-  countPlan,
-  countPlans,
-  escapeHtml,
-  formatUptime,
-  renderStatusHtml,
-  statusHandler,
-  type StatusSnapshot,
-  SyncHistory,
-} from "../../lib/commands/status.ts";
+import { countPlan, countPlans, type StatusSnapshot } from "../../lib/commands/status/snapshot.ts";
+import { escapeHtml, formatUptime, renderStatusHtml } from "../../lib/commands/status/html.ts";
+import { statusHandler } from "../../lib/commands/status/handler.ts";
+import { SyncHistory } from "../../lib/shell/sync_history.ts";
 
 const HOSTILE = `<script>alert("x")</script>&'`;
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { LEFTOVERS } from "../../backends/registry.ts";
-import { defaultConfig } from "../../lib/config/command_line.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { LeftoverRemoval } from "../../lib/shell/takeover.ts";
 import {

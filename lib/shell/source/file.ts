@@ -16,9 +16,6 @@ import {
   scanManifestDir,
 } from "./manifest_dir.ts";
 
-export { parseManifest } from "./manifest.ts";
-export { MAX_MANIFEST_BYTES } from "./manifest_dir.ts";
-
 const logger = getLogger(["kproxy", "source", "file"]);
 
 /** Options for {@linkcode FileSource}. */

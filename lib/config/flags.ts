@@ -1,0 +1,560 @@
+/**
+ * The command-line flags: kube-proxy's names plus kproxy's own, each with its
+ * help text and how it changes the Config, and the tokenizer that reads them.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import type { Config } from "./types.ts";
+import { IPVS_SCHEDULERS } from "./types.ts";
+import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
+import {
+  ConfigError,
+  IPTABLES_BACKENDS,
+  toBool,
+  toChoice,
+  toCIDRList,
+  toDetectLocalMode,
+  toDuration,
+  toGates,
+  toHostPort,
+  toInt,
+  toIP,
+  toMasqueradeBit,
+  toNodePortAddresses,
+  toPortRange,
+  toProxyMode,
+  toScheduler,
+  toVerbosity,
+} from "./values.ts";
+
+type FlagGroup =
+  | "General"
+  | "Proxy mode"
+  | "Networking"
+  | "iptables"
+  | "nftables"
+  | "IPVS"
+  | "Windows (kernelspace)"
+  | "Logging"
+  | "explain"
+  | "Accepted for compatibility, ignored";
+
+/** One command-line flag: how it shows in `--help` and how it changes the Config. */
+export interface FlagSpec {
+  name: string;
+  group: FlagGroup;
+  /** Value placeholder in `--help`; "" for booleans. */
+  type: string;
+  help: string;
+  /** The Config field it sets (dotted), for error labels and the default shown in `--help`. */
+  key?: string;
+  /** Shown instead of the default derived from `key`. */
+  defaultText?: string;
+  apply?(config: Config, raw: string, field: string): void;
+}
+
+const FLAGS: readonly FlagSpec[] = [
+  {
+    name: "config",
+    group: "General",
+    type: "string",
+    key: "configFile",
+    help: "The path to the configuration file (a KubeProxyConfiguration). Flags given on the " +
+      "command line override its values.",
+    apply: (c, raw) => (c.configFile = raw),
+  },
+  {
+    name: "kubeconfig",
+    group: "General",
+    type: "string",
+    key: "kubeconfig",
+    help: "Path to kubeconfig file with authorization information (the master location can be " +
+      "overridden by the master flag).",
+    apply: (c, raw) => (c.kubeconfig = raw),
+  },
+  {
+    name: "master",
+    group: "General",
+    type: "string",
+    key: "master",
+    help: "The address of the Kubernetes API server (overrides any value in kubeconfig).",
+    apply: (c, raw) => (c.master = raw),
+  },
+  {
+    name: "manifests",
+    group: "General",
+    type: "dir",
+    key: "manifests",
+    help: "kproxy: read Services and EndpointSlices from the manifests in this directory instead " +
+      "of an API server.",
+    apply: (c, raw) => (c.manifests = raw),
+  },
+  {
+    name: "hostname-override",
+    group: "General",
+    type: "string",
+    key: "hostnameOverride",
+    defaultText: "the host name",
+    help: "If non-empty, will be used as the name of the Node that kproxy is running on. If " +
+      "unset, the node name is assumed to be the same as the node's hostname.",
+    apply: (c, raw) => {
+      if (raw.trim() !== "") c.hostnameOverride = raw.trim().toLowerCase();
+    },
+  },
+  {
+    name: "feature-gates",
+    group: "General",
+    type: "mapStringBool",
+    key: "featureGates",
+    defaultText: "none: each gate at its own default",
+    help: "A set of key=value pairs that describe feature gates. Options are: " +
+      Object.entries(FEATURE_GATE_DEFAULTS)
+        .map(([name, enabled]) => `${name}=true|false (default=${enabled})`)
+        .join(", ") +
+      ".",
+    apply: (c, raw, field) => Object.assign(c.featureGates, toGates(raw, field)),
+  },
+  {
+    name: "cleanup",
+    group: "General",
+    type: "",
+    key: "cleanup",
+    help: "If true cleanup iptables, nftables and ipvs rules and exit.",
+    apply: (c, raw, field) => (c.cleanup = toBool(raw, field)),
+  },
+  {
+    name: "version",
+    group: "General",
+    type: "",
+    defaultText: "false",
+    help: "Print version information and quit.",
+  },
+  {
+    name: "help",
+    group: "General",
+    type: "",
+    defaultText: "false",
+    help: "Print this help and quit.",
+  },
+  {
+    name: "proxy-mode",
+    group: "Proxy mode",
+    type: "ProxyMode",
+    key: "proxyMode",
+    help: "Which proxy mode to use: 'nftables', 'iptables' or 'ipvs' on Linux; 'kernelspace' on " +
+      "Windows.",
+    apply: (c, raw, field) => (c.proxyMode = toProxyMode(raw, field)),
+  },
+  {
+    name: "bind-address",
+    group: "Networking",
+    type: "ip",
+    key: "bindAddress",
+    help: "Overrides kproxy's idea of what its node's primary IP is. kproxy does not bind any " +
+      "socket to this IP.",
+    apply: (c, raw, field) => (c.bindAddress = toIP(raw, field)),
+  },
+  {
+    name: "healthz-bind-address",
+    group: "Networking",
+    type: "ipport",
+    key: "healthzBindAddress",
+    help: "The IP address with port for the health check server to serve on ([::]:10256 for all " +
+      "IPv6 interfaces). Set empty to disable.",
+    apply: (c, raw, field) => (c.healthzBindAddress = toHostPort(raw, field)),
+  },
+  {
+    name: "metrics-bind-address",
+    group: "Networking",
+    type: "ipport",
+    key: "metricsBindAddress",
+    help: "The IP address with port for the metrics server to serve on (0.0.0.0:10249 for all " +
+      "IPv4 interfaces). Set empty to disable.",
+    apply: (c, raw, field) => (c.metricsBindAddress = toHostPort(raw, field)),
+  },
+  {
+    name: "cluster-cidr",
+    group: "Networking",
+    type: "string",
+    key: "clusterCIDRs",
+    help: "The CIDR range of the pods in the cluster (comma-separated for dual-stack: one IPv4 " +
+      "and one IPv6). Used to detect traffic from local pods with --detect-local-mode=ClusterCIDR.",
+    apply: (c, raw, field) => (c.clusterCIDRs = toCIDRList(raw, field)),
+  },
+  {
+    name: "detect-local-mode",
+    group: "Networking",
+    type: "LocalMode",
+    key: "detectLocalMode",
+    help: "Mode to use to detect local traffic: ClusterCIDR, NodeCIDR, BridgeInterface or " +
+      "InterfaceNamePrefix. Empty means no detection.",
+    apply: (c, raw, field) => (c.detectLocalMode = toDetectLocalMode(raw, field)),
+  },
+  {
+    name: "pod-bridge-interface",
+    group: "Networking",
+    type: "string",
+    key: "bridgeInterface",
+    help: "A bridge interface name. When --detect-local-mode is BridgeInterface, traffic " +
+      "arriving on it is local.",
+    apply: (c, raw) => (c.bridgeInterface = raw),
+  },
+  {
+    name: "pod-interface-name-prefix",
+    group: "Networking",
+    type: "string",
+    key: "interfaceNamePrefix",
+    help: "An interface name prefix. When --detect-local-mode is InterfaceNamePrefix, traffic " +
+      "arriving on interfaces with this prefix is local.",
+    apply: (c, raw) => (c.interfaceNamePrefix = raw),
+  },
+  {
+    name: "nodeport-addresses",
+    group: "Networking",
+    type: "strings",
+    key: "nodePortAddresses",
+    help: "A list of CIDR ranges that contain valid node IPs, or the single string 'primary'. " +
+      "NodePort connections are accepted only on node IPs in these ranges, or on the node's " +
+      "primary IP(s). Set empty to accept them on all local IPs.",
+    apply: (c, raw, field) => (c.nodePortAddresses = toNodePortAddresses(raw, field)),
+  },
+  {
+    name: "masquerade-all",
+    group: "Networking",
+    type: "",
+    key: "masqueradeAll",
+    help: "SNAT all traffic sent via Service cluster IPs.",
+    apply: (c, raw, field) => (c.masqueradeAll = toBool(raw, field)),
+  },
+  {
+    name: "conntrack-tcp-be-liberal",
+    group: "Networking",
+    type: "",
+    key: "conntrack.tcpBeLiberal",
+    help: "Enable liberal mode for tracking TCP packets by setting nf_conntrack_tcp_be_liberal " +
+      "to 1.",
+    apply: (c, raw, field) => (c.conntrack.tcpBeLiberal = toBool(raw, field)),
+  },
+  {
+    name: "service-cluster-ip-range",
+    group: "Networking",
+    type: "strings",
+    key: "serviceClusterIPRange",
+    help: "kproxy: the Service cluster IP ranges (comma-separated CIDRs), used when the cluster " +
+      "has no ServiceCIDR objects.",
+    apply: (c, raw, field) => (c.serviceClusterIPRange = toCIDRList(raw, field)),
+  },
+  {
+    name: "service-node-port-range",
+    group: "Networking",
+    type: "string",
+    key: "serviceNodePortRange",
+    help: "kproxy: the apiserver's --service-node-port-range. Health-check node ports are served " +
+      "only in this range: kproxy's permissions name each of its ports.",
+    defaultText: "30000-32767",
+    apply: (c, raw, field) => (c.serviceNodePortRange = toPortRange(raw, field)),
+  },
+  {
+    name: "external-ip-allowed-cidrs",
+    group: "Networking",
+    type: "strings",
+    key: "externalIPAllowedCIDRs",
+    help: "kproxy: when set, Service externalIPs outside these comma-separated CIDRs are ignored " +
+      "(CVE-2020-8554).",
+    apply: (c, raw, field) => (c.externalIPAllowedCIDRs = toCIDRList(raw, field)),
+  },
+  {
+    name: "iptables-sync-period",
+    group: "iptables",
+    type: "duration",
+    key: "iptables.syncPeriodMs",
+    help: "An interval (e.g. '5s', '1m', '2h22m') indicating how frequently various " +
+      "re-synchronizing and cleanup operations are performed. Must be greater than 0.",
+    apply: (c, raw, field) => (c.iptables.syncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "iptables-min-sync-period",
+    group: "iptables",
+    type: "duration",
+    key: "iptables.minSyncPeriodMs",
+    help: "The minimum period between iptables rule resyncs (e.g. '5s', '1m', '2h22m'). 0 " +
+      "means every Service or EndpointSlice change results in an immediate resync.",
+    apply: (c, raw, field) => (c.iptables.minSyncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "iptables-masquerade-bit",
+    group: "iptables",
+    type: "int32",
+    key: "iptables.masqueradeBit",
+    help: "The bit of the fwmark space to mark packets requiring SNAT with. Must be within " +
+      "0..31.",
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.iptables.masqueradeBit = toMasqueradeBit(toInt(raw, field), field)),
+  },
+  {
+    name: "iptables-localhost-nodeports",
+    group: "iptables",
+    type: "",
+    key: "iptables.localhostNodePorts",
+    help: "If true, NodePort services accept connections on 127.0.0.1 (iptables mode only). " +
+      "Off by default in kproxy (CVE-2020-8558).",
+    apply: (c, raw, field) => (c.iptables.localhostNodePorts = toBool(raw, field)),
+  },
+  {
+    name: "iptables-backend",
+    group: "iptables",
+    type: "string",
+    key: "iptables.backend",
+    help: "kproxy: which iptables binaries to use: auto, nft (iptables-nft) or legacy " +
+      "(iptables-legacy).",
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.iptables.backend = toChoice(IPTABLES_BACKENDS, "iptables backend")(raw, field)),
+  },
+  {
+    name: "nftables-sync-period",
+    group: "nftables",
+    type: "duration",
+    key: "nftables.syncPeriodMs",
+    help: "How often nftables rules are fully re-synchronized (e.g. '5s', '1m'). Must be greater " +
+      "than 0.",
+    apply: (c, raw, field) => (c.nftables.syncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "nftables-min-sync-period",
+    group: "nftables",
+    type: "duration",
+    key: "nftables.minSyncPeriodMs",
+    help: "The minimum period between nftables rule resyncs. 0 means every change results in an " +
+      "immediate resync.",
+    apply: (c, raw, field) => (c.nftables.minSyncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "ipvs-sync-period",
+    group: "IPVS",
+    type: "duration",
+    key: "ipvs.syncPeriodMs",
+    help: "How often IPVS rules are fully re-synchronized (e.g. '5s', '1m'). Must be greater " +
+      "than 0.",
+    apply: (c, raw, field) => (c.ipvs.syncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "ipvs-min-sync-period",
+    group: "IPVS",
+    type: "duration",
+    key: "ipvs.minSyncPeriodMs",
+    help: "The minimum period between IPVS rule resyncs. 0 means every change results in an " +
+      "immediate resync. Must not exceed --ipvs-sync-period.",
+    apply: (c, raw, field) => (c.ipvs.minSyncPeriodMs = toDuration(raw, field)),
+  },
+  {
+    name: "ipvs-scheduler",
+    group: "IPVS",
+    type: "string",
+    key: "ipvs.scheduler",
+    help: `The IPVS scheduler: ${IPVS_SCHEDULERS.join(", ")}. Empty means rr.`,
+    apply: (c, raw, field) => (c.ipvs.scheduler = toScheduler(raw, field)),
+  },
+  {
+    name: "ipvs-strict-arp",
+    group: "IPVS",
+    type: "",
+    key: "ipvs.strictARP",
+    help: "Enable strict ARP by setting arp_ignore to 1 and arp_announce to 2.",
+    apply: (c, raw, field) => (c.ipvs.strictARP = toBool(raw, field)),
+  },
+  {
+    name: "ipvs-tcp-timeout",
+    group: "IPVS",
+    type: "duration",
+    key: "ipvs.tcpTimeoutMs",
+    help: "The timeout for idle IPVS TCP connections (e.g. '5s', '1m'). 0 leaves it unchanged.",
+    apply: (c, raw, field) => (c.ipvs.tcpTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "ipvs-tcpfin-timeout",
+    group: "IPVS",
+    type: "duration",
+    key: "ipvs.tcpFinTimeoutMs",
+    help: "The timeout for IPVS TCP connections after receiving a FIN packet. 0 leaves it " +
+      "unchanged.",
+    apply: (c, raw, field) => (c.ipvs.tcpFinTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "ipvs-udp-timeout",
+    group: "IPVS",
+    type: "duration",
+    key: "ipvs.udpTimeoutMs",
+    help: "The timeout for IPVS UDP packets. 0 leaves it unchanged.",
+    apply: (c, raw, field) => (c.ipvs.udpTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "source-vip",
+    group: "Windows (kernelspace)",
+    type: "string",
+    key: "winkernel.sourceVip",
+    help: "The IP address of the source VIP for non-DSR.",
+    apply: (c, raw) => (c.winkernel.sourceVip = raw),
+  },
+  {
+    name: "enable-dsr",
+    group: "Windows (kernelspace)",
+    type: "",
+    key: "winkernel.enableDSR",
+    help: "If true make kproxy apply DSR policies for service VIP (needs --feature-gates " +
+      "WinDSR=true).",
+    apply: (c, raw, field) => (c.winkernel.enableDSR = toBool(raw, field)),
+  },
+  {
+    name: "network-name",
+    group: "Windows (kernelspace)",
+    type: "string",
+    key: "winkernel.networkName",
+    help: "The name of the cluster network.",
+    apply: (c, raw) => (c.winkernel.networkName = raw),
+  },
+  {
+    name: "v",
+    group: "Logging",
+    type: "Level",
+    key: "verbosity",
+    help: "Number for the log level verbosity: 0 warnings, errors and startup " +
+      "information; 1-2 info; 3-4 debug; 5 and up trace.",
+    apply: (c, raw, field) => (c.verbosity = toVerbosity(toInt(raw, field), field)),
+  },
+  {
+    name: "from",
+    group: "explain",
+    type: "ip",
+    defaultText: '""',
+    help: "explain: the client's source IP address.",
+  },
+  {
+    name: "node",
+    group: "explain",
+    type: "string",
+    defaultText: "the node name",
+    help: "explain: the node the packet enters the cluster on.",
+  },
+];
+
+/** Upstream kube-proxy flags kproxy accepts and ignores, so existing unit files keep working. */
+const IGNORED_FLAGS: readonly { name: string; type: string }[] = [
+  { name: "bind-address-hard-fail", type: "" },
+  { name: "profiling", type: "" },
+  { name: "oom-score-adj", type: "int32" },
+  { name: "conntrack-max-per-core", type: "int32" },
+  { name: "conntrack-min", type: "int32" },
+  { name: "conntrack-tcp-timeout-established", type: "duration" },
+  { name: "conntrack-tcp-timeout-close-wait", type: "duration" },
+  { name: "conntrack-udp-timeout", type: "duration" },
+  { name: "conntrack-udp-timeout-stream", type: "duration" },
+  { name: "config-sync-period", type: "duration" },
+  { name: "kube-api-burst", type: "int32" },
+  { name: "kube-api-qps", type: "float32" },
+  { name: "kube-api-content-type", type: "string" },
+  { name: "ipvs-exclude-cidrs", type: "strings" },
+  { name: "proxy-port-range", type: "string" },
+  { name: "show-hidden-metrics-for-version", type: "string" },
+];
+
+export const ALL_FLAGS: readonly FlagSpec[] = [
+  ...FLAGS,
+  ...IGNORED_FLAGS.map((flag): FlagSpec => ({
+    ...flag,
+    group: "Accepted for compatibility, ignored",
+    help: "Accepted for kube-proxy compatibility; has no effect in kproxy.",
+  })),
+];
+
+export const FLAGS_BY_NAME: ReadonlyMap<string, FlagSpec> = new Map(
+  ALL_FLAGS.map((f) => [f.name, f]),
+);
+
+/** The label of a flag in errors and help: `-v` style for one letter is `--v` like klog. */
+export function flagLabel(name: string): string {
+  return `--${name}`;
+}
+
+function isBooleanFlag(name: string): boolean {
+  return FLAGS_BY_NAME.get(name)?.type === "";
+}
+
+/**
+ * Rewrites boolean flags to always carry a value (`--cleanup` → `--cleanup=true`)
+ * so `parseArgs` can treat every flag as a string and `--flag=false` works.
+ */
+function normaliseBooleanFlags(argv: string[]): string[] {
+  const end = argv.indexOf("--");
+  const head = end < 0 ? argv : argv.slice(0, end);
+  const rewritten = head.map((arg) => {
+    const match = /^--([^=]+)$/.exec(arg);
+    return match && isBooleanFlag(match[1]!) && match[1] !== "help" && match[1] !== "version"
+      ? `${arg}=true`
+      : arg;
+  });
+  return end < 0 ? rewritten : [...rewritten, ...argv.slice(end)];
+}
+
+type ParsedToken =
+  | { kind: "option"; name: string; value: string; rawName: string }
+  | { kind: "positional"; value: string };
+
+export function tokenize(argv: string[]): ParsedToken[] {
+  const options: Record<string, { type: "string" | "boolean"; short?: string }> = {};
+  for (const flag of ALL_FLAGS) {
+    options[flag.name] = {
+      type: flag.name === "help" || flag.name === "version" ? "boolean" : "string",
+    };
+  }
+  options.v = { type: "string", short: "v" };
+  options.help = { type: "boolean", short: "h" };
+  let tokens;
+  try {
+    ({ tokens } = parseArgs({
+      args: normaliseBooleanFlags(argv),
+      options,
+      strict: true,
+      allowPositionals: true,
+      tokens: true,
+    }));
+  } catch (error) {
+    throw flagError(error);
+  }
+  const out: ParsedToken[] = [];
+  for (const token of tokens) {
+    if (token.kind === "positional") out.push({ kind: "positional", value: token.value });
+    if (token.kind === "option") {
+      let value = token.value ?? "true";
+      // `-v=4` arrives as "=4": accept it as pflag does.
+      if (token.rawName === "-v" && value.startsWith("=")) value = value.slice(1);
+      out.push({ kind: "option", name: token.name, value, rawName: token.rawName });
+    }
+  }
+  return out;
+}
+
+/** Converts a `parseArgs` error into a one-line ConfigError naming the flag. */
+function flagError(error: unknown): ConfigError {
+  const message = error instanceof Error ? error.message : String(error);
+  const code = (error as { code?: string }).code;
+  const flag = /'(-{1,2}[^' <=]+)/.exec(message)?.[1] ?? "flags";
+  const field = flag === "-v" ? "--v" : flag;
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    return new ConfigError(field, `Cannot parse ${field}: unknown flag (see --help)`);
+  }
+  if (/argument missing|ambiguous/.test(message)) {
+    return new ConfigError(field, `Cannot parse ${field}: a value is required`);
+  }
+  if (/does not take an argument/.test(message)) {
+    return new ConfigError(field, `Cannot parse ${field}: takes no value`);
+  }
+  return new ConfigError(field, `Cannot parse ${field}: ${message.split("\n")[0]}`);
+}
