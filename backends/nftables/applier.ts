@@ -19,20 +19,15 @@ import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
+import { parseTableList, renderDeleteTable, renderFull } from "./render.ts";
 import {
   CANARY_SET,
-  DEFAULT_TABLE,
   estimateElements,
-  nftFamily,
   parseCanaryGeneration,
-  parseTableList,
-  renderDeleteTable,
-  renderFull,
-  renderIncremental,
-  type RenderOptions,
   skeletonRuleCounts,
-  tableRef,
-} from "./render.ts";
+} from "./skeleton.ts";
+import { DEFAULT_TABLE, nftFamily, type RenderOptions, tableRef } from "./context.ts";
+import { renderIncremental } from "./incremental.ts";
 import type { TableRef, Transaction } from "./transaction.ts";
 import { nftServiceOf, parseNftListing } from "./listing.ts";
 

@@ -37,7 +37,7 @@ import { BoundedFrequencyRunner } from "../shell/runner.ts";
 import type { Source } from "../core/source.ts";
 import { Tracker } from "../core/tracker.ts";
 import { kernelDiff } from "./diff.ts";
-import { runExplain } from "./explain.ts";
+import { runExplain } from "./explain/run.ts";
 import { formatServiceDiffs } from "./diff.ts";
 import type { ClusterState } from "../core/state.ts";
 import { countPlans } from "./status/snapshot.ts";

@@ -5,7 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { parseCanaryGeneration, renderFull, renderIncremental } from "../../backends/nftables/render.ts";
+import { renderFull } from "../../backends/nftables/render.ts";
+import { parseCanaryGeneration } from "../../backends/nftables/skeleton.ts";
+import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import type { ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, GOLDEN_PLANS, incrementalCase, plan, servicePort } from "./nftables/fixtures.ts";
 import { nftUnavailable, withNftNamespace } from "./nftables/nft_check.ts";

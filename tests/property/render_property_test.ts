@@ -5,6 +5,7 @@ import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/
 import type { NodePlans, Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import * as nft from "../../backends/nftables/render.ts";
+import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import * as ipt from "../../backends/iptables/render.ts";
 import { cidrContains, parseCIDR } from "../../lib/core/ip.ts";
 import { type CheckTool, NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
@@ -234,7 +235,7 @@ Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no va
       ) {
         const full = nft.renderFull(after);
         assert.equal(full.error, undefined, `nft: ${full.error?.message}`);
-        const incremental = nft.renderIncremental({ plan: after, previous: before, changed: ids });
+        const incremental = renderIncremental({ plan: after, previous: before, changed: ids });
         assert.equal(
           incremental?.error,
           undefined,
@@ -312,7 +313,7 @@ Deno.test({
                 `nft -f (${before.family} previous)`,
                 base,
               );
-              const tx = nft.renderIncremental({ plan: after, previous: before, changed: ids }, {
+              const tx = renderIncremental({ plan: after, previous: before, changed: ids }, {
                 generation: 2,
               });
               if (tx === undefined || tx.length === 0) continue;
@@ -352,7 +353,7 @@ Deno.test({
           const { previous, plan, changed } = SHARED_NODE_PORT;
           const base = nft.renderFull(previous).toString();
           assertAccepted(await checker.apply("nft", base), "nft -f (previous)", base);
-          assert.equal(nft.renderIncremental({ plan, previous, changed }), undefined);
+          assert.equal(renderIncremental({ plan, previous, changed }), undefined);
           const text = nft.renderFull(plan).toString();
           assertAccepted(await checker.check("nft", text), "nft -c (shared node port)", text);
         },

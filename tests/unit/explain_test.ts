@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
-import {
-  type EndpointVerdict,
-  explain,
-  type ExplainInput,
-  type Explanation,
-  formatExplanation,
-  parseDestination,
-  runExplain,
-} from "../../lib/commands/explain.ts";
+import type {
+  EndpointVerdict,
+  ExplainInput,
+  Explanation,
+} from "../../lib/commands/explain/types.ts";
+import { explain } from "../../lib/commands/explain/match.ts";
+import { formatExplanation } from "../../lib/commands/explain/format.ts";
+import { parseDestination } from "../../lib/commands/explain/destination.ts";
+import { runExplain } from "../../lib/commands/explain/run.ts";
 import { type PlannerOptions, planNode } from "../../lib/core/planner.ts";
 import { parseManifest } from "../../lib/shell/source/manifest.ts";
 import type { ObjectKind } from "../../lib/core/source.ts";

@@ -1,10 +1,8 @@
 import assert from "node:assert/strict";
-import {
-  parseCanaryGeneration,
-  renderFull,
-  renderIncremental,
-  serviceObjects,
-} from "../../backends/nftables/render.ts";
+import { renderFull } from "../../backends/nftables/render.ts";
+import { parseCanaryGeneration } from "../../backends/nftables/skeleton.ts";
+import { renderIncremental } from "../../backends/nftables/incremental.ts";
+import { serviceObjects } from "../../backends/nftables/service.ts";
 import { serviceObjectName } from "../../backends/nftables/names.ts";
 import {
   Chain,
