@@ -10,7 +10,7 @@ import { getLogger } from "@logtape/logtape";
 import type { Config } from "../lib/config/types.ts";
 import type { Executor } from "../lib/core/executor.ts";
 import { isMissingProgram, runChecked } from "../lib/shell/exec.ts";
-import { splitSave } from "./iptables/cleanup.ts";
+import { splitSave } from "./iptables/save.ts";
 import { parseTableList } from "./nftables/render.ts";
 
 const logger = getLogger(["kproxy", "takeover"]);

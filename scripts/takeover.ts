@@ -10,7 +10,7 @@
  */
 
 import { isIptablesModeChain } from "../backends/iptables/chains.ts";
-import { splitSave } from "../backends/iptables/cleanup.ts";
+import { splitSave } from "../backends/iptables/save.ts";
 import { isIpvsModeChain } from "../backends/ipvs/iptables.ts";
 import { parseTableList } from "../backends/nftables/render.ts";
 import { runChecked } from "../lib/shell/exec.ts";

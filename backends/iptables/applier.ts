@@ -42,19 +42,13 @@ import {
   iptablesPrograms,
   type IptablesVariant,
 } from "./detect.ts";
-import {
-  inputText,
-  type IptablesRenderOptions,
-  isLargeCluster,
-  parseSavedChains,
-  parseSavedTargets,
-  renderFull,
-  renderFullSync,
-  renderPartialSync,
-  type SyncInputs,
-} from "./render.ts";
+import { inputText, renderFull, renderFullSync, type SyncInputs } from "./render.ts";
+import type { IptablesRenderOptions } from "./rules.ts";
+import { isLargeCluster } from "./service_chains.ts";
+import { parseSavedChains, parseSavedTargets } from "./save.ts";
+import { renderPartialSync } from "./partial.ts";
 import type { IptablesRestoreScript } from "./script.ts";
-import { iptablesServiceOf, parseIptablesSave } from "./listing.ts";
+import { iptablesServiceOf, parseIptablesSave } from "./save.ts";
 
 const logger = getLogger(["kproxy", "iptables"]);
 

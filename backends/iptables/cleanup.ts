@@ -15,7 +15,9 @@ import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { ChainOwnership, IptablesTable } from "./chains.ts";
 import { iptablesPrograms, type IptablesVariant } from "./detect.ts";
-import { renderCleanup } from "./render.ts";
+import { IptablesRestoreScript } from "./script.ts";
+import { parseSavedChains, splitSave, splitSavedArgs } from "./save.ts";
+import { isOwnedChain } from "./chains.ts";
 
 const logger = getLogger(["kproxy", "iptables"]);
 
@@ -42,31 +44,35 @@ export interface RemovedChains {
   chains: string[];
 }
 
+export interface CleanupInput {
+  table: IptablesTable;
+  /** That table's `iptables-save` output. */
+  save: string;
+  /** The chains to remove. @default the chains {@linkcode isOwnedChain} accepts */
+  removes?: (chain: string) => boolean;
+}
+
 /**
- * Splits `iptables-save` output into the text of each table it lists.
- *
- * @example Usage
- * ```ts
- * splitSave("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n").get("nat"); // "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT"
- * ```
+ * Renders the removal of chains from one table, from that table's
+ * `iptables-save` output: the jumps from other chains are deleted, then every
+ * removed chain is flushed and deleted. Empty when nothing is removed.
  */
-export function splitSave(save: string): Map<string, string> {
-  const tables = new Map<string, string>();
-  let table: string | undefined;
-  let lines: string[] = [];
-  for (const line of save.split("\n")) {
-    if (line.startsWith("*")) {
-      table = line.slice(1).trim();
-      lines = [line];
-    } else if (table !== undefined) {
-      lines.push(line);
-      if (line === "COMMIT") {
-        tables.set(table, lines.join("\n"));
-        table = undefined;
-      }
+export function renderCleanup(saved: CleanupInput, family: IpFamily): IptablesRestoreScript {
+  const script = new IptablesRestoreScript(family);
+  const owned = parseSavedChains(saved.save).filter(saved.removes ?? isOwnedChain);
+  if (owned.length === 0) return script;
+  const ownedSet = new Set(owned);
+  const jumps: string[][] = [];
+  for (const line of saved.save.split("\n")) {
+    const match = /^-A (\S+) (?:(.*) )?-j (\S+)$/.exec(line);
+    if (match?.[1] && match[3] && !ownedSet.has(match[1]) && ownedSet.has(match[3])) {
+      jumps.push([match[1], ...splitSavedArgs(`${match[2] ?? ""} -j ${match[3]}`)]);
     }
   }
-  return tables;
+  for (const chain of owned) script.declareChain(saved.table, chain);
+  for (const [chain, ...args] of jumps) script.deleteRule(saved.table, chain ?? "", args);
+  for (const chain of owned) script.deleteChain(saved.table, chain);
+  return script;
 }
 
 /**

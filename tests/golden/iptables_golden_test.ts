@@ -8,13 +8,9 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  inputText,
-  type IptablesRenderOptions,
-  renderFull,
-  renderFullSync,
-  renderPartialSync,
-} from "../../backends/iptables/render.ts";
+import { inputText, renderFull, renderFullSync } from "../../backends/iptables/render.ts";
+import type { IptablesRenderOptions } from "../../backends/iptables/rules.ts";
+import { renderPartialSync } from "../../backends/iptables/partial.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES } from "./iptables/fixtures.ts";
 import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";

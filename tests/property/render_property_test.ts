@@ -7,6 +7,7 @@ import type { SourceEvent } from "../../lib/core/source.ts";
 import * as nft from "../../backends/nftables/render.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import * as ipt from "../../backends/iptables/render.ts";
+import { renderPartialSync } from "../../backends/iptables/partial.ts";
 import { cidrContains, parseCIDR } from "../../lib/core/ip.ts";
 import { type CheckTool, NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 import {
@@ -243,7 +244,7 @@ Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no va
         );
         const script = ipt.renderFull(after, iptOptions);
         assert.equal(script.error, undefined, `iptables: ${script.error?.message}`);
-        const partial = ipt.renderPartialSync(
+        const partial = renderPartialSync(
           { previous: before, next: after, changed: ids },
           iptOptions,
         );
@@ -395,7 +396,7 @@ Deno.test({
                         text,
                       );
                     }
-                    const partial = ipt.renderPartialSync({
+                    const partial = renderPartialSync({
                       previous: before,
                       next: after,
                       changed: ids,

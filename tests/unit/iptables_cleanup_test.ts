@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { isIptablesModeChain } from "../../backends/iptables/chains.ts";
-import { removeChains, splitSave } from "../../backends/iptables/cleanup.ts";
+import { removeChains } from "../../backends/iptables/cleanup.ts";
+import { splitSave } from "../../backends/iptables/save.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";

@@ -1,16 +1,14 @@
 import assert from "node:assert/strict";
+import { renderFull, renderFullSync, type SyncInputs } from "../../backends/iptables/render.ts";
 import {
   isLargeCluster,
   LARGE_CLUSTER_ENDPOINTS,
-  masqueradeMark,
-  parseSavedChains,
   probability,
-  renderCleanup,
-  renderFull,
-  renderFullSync,
-  renderPartialSync,
-  type SyncInputs,
-} from "../../backends/iptables/render.ts";
+} from "../../backends/iptables/service_chains.ts";
+import { masqueradeMark } from "../../backends/iptables/rules.ts";
+import { parseSavedChains } from "../../backends/iptables/save.ts";
+import { renderCleanup } from "../../backends/iptables/cleanup.ts";
+import { renderPartialSync } from "../../backends/iptables/partial.ts";
 import {
   alternateChainName,
   endpointChainName,

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { plan, servicePort } from "../golden/nftables/fixtures.ts";
 import { diffListings, formatServiceDiffs, groupByService } from "../../lib/commands/diff.ts";
 import { nftServiceOf, parseNftListing } from "../../backends/nftables/listing.ts";
-import { iptablesServiceOf, parseIptablesSave } from "../../backends/iptables/listing.ts";
+import { iptablesServiceOf, parseIptablesSave } from "../../backends/iptables/save.ts";
 
 const NFT = `table ip kproxy {
 	comment "rules for kproxy"
