@@ -14,7 +14,7 @@
  * @module
  */
 
-import { isDNS1123Label } from "../../lib/core/parse.ts";
+import { isDNS1123Label } from "../../lib/core/parse/fields.ts";
 import type { ServicePortPlan } from "../../lib/core/plan.ts";
 
 /** Object kinds named per service port. */

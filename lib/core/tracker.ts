@@ -18,14 +18,11 @@ import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./mo
 import { serviceKey } from "./model.ts";
 import type { ClusterState, StateChange } from "./state.ts";
 import type { ObjectKind, SourceEvent } from "./source.ts";
-import {
-  objectKeyOf,
-  parseEndpointSlice,
-  parseNode,
-  type ParseResult,
-  parseService,
-  parseServiceCIDR,
-} from "./parse.ts";
+import { objectKeyOf, type ParseResult } from "./parse/fields.ts";
+import { parseEndpointSlice } from "./parse/endpoint_slice.ts";
+import { parseNode } from "./parse/node.ts";
+import { parseService } from "./parse/service.ts";
+import { parseServiceCIDR } from "./parse/service_cidr.ts";
 
 const logger = getLogger(["kproxy", "tracker"]);
 

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import {
-  parseEndpointSlice,
-  parseNode,
-  type ParseResult,
-  parseService,
-  parseServiceCIDR,
-} from "../../lib/core/parse.ts";
+import { parseEndpointSlice } from "../../lib/core/parse/endpoint_slice.ts";
+import { parseNode } from "../../lib/core/parse/node.ts";
+import type { ParseResult } from "../../lib/core/parse/fields.ts";
+import { parseService } from "../../lib/core/parse/service.ts";
+import { parseServiceCIDR } from "../../lib/core/parse/service_cidr.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR } from "../../lib/core/model.ts";
 import {
   cidrArb,

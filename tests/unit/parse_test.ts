@@ -1,11 +1,9 @@
 import assert from "node:assert/strict";
-import {
-  parseEndpointSlice,
-  parseNode,
-  type ParseResult,
-  parseService,
-  parseServiceCIDR,
-} from "../../lib/core/parse.ts";
+import { parseEndpointSlice } from "../../lib/core/parse/endpoint_slice.ts";
+import { parseNode } from "../../lib/core/parse/node.ts";
+import type { ParseResult } from "../../lib/core/parse/fields.ts";
+import { parseService } from "../../lib/core/parse/service.ts";
+import { parseServiceCIDR } from "../../lib/core/parse/service_cidr.ts";
 import { canonicalIP, cidrContains, ipFamily, isLoopback, parseCIDR } from "../../lib/core/ip.ts";
 
 type Json = Record<string, any>;
