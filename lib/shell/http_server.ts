@@ -24,12 +24,17 @@
  *
  * Requests on one connection are answered in turn.
  *
+ * The connection cap is `connection_limit.ts`; request heads are parsed by
+ * `request_head.ts`.
+ *
  * @module
  */
 
 import { getLogger } from "@logtape/logtape";
-import { systemClock } from "./clock.ts";
 import type { Clock } from "../core/clock.ts";
+import { systemClock } from "./clock.ts";
+import { ConnectionLimit, type LimitedConnection } from "./connection_limit.ts";
+import { parseRequestHead, type RequestHead } from "./request_head.ts";
 
 const logger = getLogger(["kproxy", "http"]);
 
@@ -50,151 +55,6 @@ export const DEFAULT_HTTP_LIMITS: Readonly<HttpLimits> = Object.freeze({
   maxHeaderBytes: 16 * 1024,
   maxBodyBytes: 16 * 1024,
 });
-
-/** Connections closed to make room that may still hold their socket (see {@linkcode ConnectionLimit}). */
-export const CLOSING_SLACK = 32;
-
-/** A connection as {@linkcode ConnectionLimit} sees it. */
-export interface LimitedConnection {
-  close(): void;
-}
-
-/** Options for {@linkcode ConnectionLimit}. */
-export interface ConnectionLimitOptions {
-  /**
-   * Connections open at once over every server sharing the limit. 128 leaves
-   * kproxy room for its own work within a 1024-descriptor soft limit (the
-   * usual default); kproxy's systemd unit allows 65536.
-   * @default {128}
-   */
-  maxConnections?: number;
-}
-
-/**
- * The connections of one or more servers, at most `maxConnections` open. A
- * connection is either waiting for a request (new, kept alive, or with half
- * a request head) or busy with one. It counts from {@linkcode admit} until
- * its server calls {@linkcode release} once the socket is gone: Deno frees a
- * socket with a read in flight only on the next turn of the event loop, and
- * accepts queued connections without one, so servers wait for
- * {@linkcode settled} before accepting, or a burst of connections would
- * pile up closed-but-held descriptors. Up to {@linkcode CLOSING_SLACK} closed
- * ones may wait for that turn, so a burst is accepted in batches.
- */
-export class ConnectionLimit {
-  readonly #max: number;
-  readonly #open = new Set<LimitedConnection>();
-  /** In the order they started waiting. */
-  readonly #waiting = new Set<LimitedConnection>();
-  #settledWaiters: (() => void)[] = [];
-
-  constructor(options: ConnectionLimitOptions = {}) {
-    const max = options.maxConnections ?? 128;
-    if (!Number.isInteger(max) || max < 1) {
-      throw new RangeError(`Cannot limit connections to ${max}: want an integer >= 1`);
-    }
-    this.#max = max;
-  }
-
-  /** Connections admitted and not released yet. */
-  get open(): number {
-    return this.#open.size;
-  }
-
-  /**
-   * Admits a new connection, waiting for its first request. At the cap the
-   * connection waiting longest is closed to make room; when every open one
-   * is busy, returns false and the caller closes the new one.
-   */
-  admit(connection: LimitedConnection): boolean {
-    if (this.#open.size >= this.#max) {
-      const oldest: LimitedConnection | undefined = this.#waiting.values().next().value;
-      if (oldest === undefined) return false;
-      this.#waiting.delete(oldest);
-      oldest.close();
-    }
-    this.#open.add(connection);
-    this.#waiting.add(connection);
-    return true;
-  }
-
-  /** Resolves once no more than the cap and {@linkcode CLOSING_SLACK} are open. */
-  settled(): Promise<void> {
-    if (this.#open.size < this.#max + CLOSING_SLACK) return Promise.resolve();
-    return new Promise((resolve) => this.#settledWaiters.push(resolve));
-  }
-
-  /** Marks an admitted connection as waiting for its next request, from now. */
-  waiting(connection: LimitedConnection): void {
-    if (!this.#open.has(connection)) return;
-    this.#waiting.delete(connection);
-    this.#waiting.add(connection);
-  }
-
-  /** Marks an admitted connection as busy: it is not closed to make room. */
-  busy(connection: LimitedConnection): void {
-    this.#waiting.delete(connection);
-  }
-
-  /** Forgets a connection whose socket is gone. */
-  release(connection: LimitedConnection): void {
-    this.#open.delete(connection);
-    this.#waiting.delete(connection);
-    if (this.#open.size >= this.#max + CLOSING_SLACK) return;
-    const waiters = this.#settledWaiters;
-    this.#settledWaiters = [];
-    for (const resolve of waiters) resolve();
-  }
-}
-
-/** A request head, parsed. */
-export interface RequestHead {
-  method: string;
-  /** The origin-form target: path and query. */
-  target: string;
-  /** Minor HTTP/1 version: 0 or 1. */
-  minorVersion: 0 | 1;
-  headers: [name: string, value: string][];
-}
-
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP\/1\.([01])$/;
-const HEADER_LINE = /^([^:\s]+):[ \t]*(.*?)[ \t]*$/;
-const ORIGIN_FORM = /^\/[\x21-\x7e]*$/;
-// deno-lint-ignore no-control-regex
-const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
-
-/**
- * Parses a request head (request line and header lines, without the empty
- * line). Pure.
- *
- * @returns the head, or undefined when it is not valid HTTP/1.x
- */
-export function parseRequestHead(text: string): RequestHead | undefined {
-  const lines = text.split(/\r?\n/);
-  const requestLine = REQUEST_LINE.exec(lines[0] ?? "");
-  if (!requestLine) return undefined;
-  let target = requestLine[2]!;
-  if (/^https?:\/\//i.test(target)) {
-    const slash = target.indexOf("/", target.indexOf("//") + 2);
-    target = slash < 0 ? "/" : target.slice(slash);
-  }
-  if (!ORIGIN_FORM.test(target)) return undefined;
-  const headers: [string, string][] = [];
-  for (const line of lines.slice(1)) {
-    const header = HEADER_LINE.exec(line);
-    if (!header || !TOKEN.test(header[1]!) || CONTROL.test(header[2]!)) {
-      return undefined;
-    }
-    headers.push([header[1]!.toLowerCase(), header[2]!]);
-  }
-  return {
-    method: requestLine[1]!,
-    target,
-    minorVersion: requestLine[3] === "1" ? 1 : 0,
-    headers,
-  };
-}
 
 /** Answers one request; a throw answers 500. */
 export type HttpHandler = (request: Request) => Response | Promise<Response>;
@@ -232,6 +92,7 @@ export function serveHttp(options: ServeHttpOptions): HttpServer {
 }
 
 const FIRST_ACCEPT_RETRY_MS = 5;
+
 const LAST_ACCEPT_RETRY_MS = 1_000;
 
 const REASONS: Readonly<Record<number, string>> = {
@@ -248,6 +109,7 @@ const REASONS: Readonly<Record<number, string>> = {
 };
 
 const encoder = new TextEncoder();
+
 const latin1 = new TextDecoder("latin1");
 
 /** Where the empty line that ends a request head starts (at or after `from`), and its length. */

@@ -14,7 +14,8 @@ import {
   JSON_HEADERS,
   type ProxyHealth,
 } from "./health.ts";
-import { ConnectionLimit, type HttpServer, serveHttp } from "./http_server.ts";
+import { type HttpServer, serveHttp } from "./http_server.ts";
+import { ConnectionLimit } from "./connection_limit.ts";
 import type { ProxyMetrics, Registry } from "./metrics.ts";
 
 const logger = getLogger(["kproxy", "health"]);

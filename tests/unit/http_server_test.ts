@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
 import FakeTimers from "@sinonjs/fake-timers";
-import {
-  CLOSING_SLACK,
-  ConnectionLimit,
-  type HttpLimits,
-  HttpServer,
-  parseRequestHead,
-  serveHttp,
-} from "../../lib/shell/http_server.ts";
+import { type HttpLimits, HttpServer, serveHttp } from "../../lib/shell/http_server.ts";
+import { CLOSING_SLACK, ConnectionLimit } from "../../lib/shell/connection_limit.ts";
+import { parseRequestHead } from "../../lib/shell/request_head.ts";
 import { fakeClock } from "../support/clock.ts";
 
 const decoder = new TextDecoder();
