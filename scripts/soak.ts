@@ -34,20 +34,19 @@ import {
   deleteNamespace,
   diffTables,
   extraElements,
+  loadFreshRender,
+} from "./testbed/tables.ts";
+import {
   faultsSkipReason,
   FaultyExecutor,
-  loadFreshRender,
   LogCapture,
-  nodeObject,
-  type Pod,
   type RunningKproxy,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  Topology,
-  TrafficLoop,
   waitFor,
-} from "./testbed/harness.ts";
+} from "./testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "./testbed/objects.ts";
+import { type Pod, Topology } from "./netns.ts";
+import { TrafficLoop } from "./testbed/traffic.ts";
 
 /** Options for {@linkcode runSoak}. */
 export interface SoakOptions {

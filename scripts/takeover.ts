@@ -22,16 +22,10 @@ import {
   renderKubeProxyNftables,
 } from "./kube_proxy_rules.ts";
 import { main } from "../lib/commands/app.ts";
-import { endpointOf, familyPlan, servicePort } from "../tests/kernel/cases.ts";
-import {
-  type ApiObject,
-  ManualSource,
-  nodeObject,
-  serviceObject,
-  sliceObject,
-  startKproxy,
-  waitFor,
-} from "./testbed/harness.ts";
+import { endpointOf, familyPlan, servicePort } from "./testbed/plans.ts";
+import { nodeObject, serviceObject, sliceObject } from "./testbed/objects.ts";
+import type { ApiObject } from "./testbed/fake_apiserver.ts";
+import { ManualSource, startKproxy, waitFor } from "./testbed/kproxy.ts";
 import { ADDRESSES, NetnsExecutor, type Pod, type Topology } from "./netns.ts";
 
 /** The kube-proxy a switch starts from (takeover) or goes to (hand-back). */

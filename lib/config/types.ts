@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { DetectLocalMode } from "../core/plan.ts";
+
 /** A `--proxy-mode` value. */
 export type ProxyMode = "nftables" | "iptables" | "ipvs" | "kernelspace";
 
@@ -23,14 +25,6 @@ export const IPVS_SCHEDULERS: readonly string[] = Object.freeze([
   "nq",
   "mh",
 ]);
-
-/** A `--detect-local-mode` value ("" means none). */
-export type DetectLocalMode =
-  | ""
-  | "ClusterCIDR"
-  | "NodeCIDR"
-  | "BridgeInterface"
-  | "InterfaceNamePrefix";
 
 /** Sync timing of one mode, in milliseconds. */
 export interface SyncPeriods {

@@ -6,7 +6,8 @@
  * @module
  */
 
-import type { DetectLocalMode, PortRange, ProxyMode } from "./types.ts";
+import type { PortRange, ProxyMode } from "./types.ts";
+import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { parseCIDR, parseIP } from "../core/ip.ts";
 import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";

@@ -45,6 +45,14 @@ export interface TrafficPlan {
  */
 export type ClusterIPMasquerade = "all" | "non-local" | "none";
 
+/** A `--detect-local-mode` value ("" means none). */
+export type DetectLocalMode =
+  | ""
+  | "ClusterCIDR"
+  | "NodeCIDR"
+  | "BridgeInterface"
+  | "InterfaceNamePrefix";
+
 /** How the node recognises traffic from its own pods (`--detect-local-mode`). */
 export type LocalTrafficDetector =
   | { mode: "ClusterCIDR"; cidrs: string[] }

@@ -11,7 +11,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { DetectLocalMode } from "../config/types.ts";
+import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
 import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";

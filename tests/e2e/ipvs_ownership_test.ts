@@ -6,12 +6,8 @@
  * kernel has neither IPVS nor dummy interfaces).
  */
 import assert from "node:assert/strict";
-import {
-  KproxyProcess,
-  manifestText,
-  serviceObject,
-  sliceObject,
-} from "../../scripts/testbed/harness.ts";
+import { KproxyProcess } from "../../scripts/testbed/kproxy.ts";
+import { manifestText, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
 import { netnsSkipReason } from "../support/netns_check.ts";
 
 /** The system PATH (the test runs with `--ignore-env`, so it cannot read its own). */

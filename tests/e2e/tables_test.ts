@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { parseCommandLine } from "../../lib/config/command_line.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/shell/permissions.ts";
-import { manifestText, serviceObject, sliceObject } from "../../scripts/testbed/harness.ts";
+import { manifestText, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
 import { netnsSkipReason } from "../support/netns_check.ts";
 
 const MAIN = new URL("../../main.ts", import.meta.url).pathname;

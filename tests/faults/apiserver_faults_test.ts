@@ -12,23 +12,19 @@
 import assert from "node:assert/strict";
 import { KubeSource } from "../../lib/shell/source/kube.ts";
 import { FakeApiServer, writeKubeconfig } from "../../scripts/testbed/fake_apiserver.ts";
+import { answeringPods, TrafficLoop } from "../../scripts/testbed/traffic.ts";
+import { canonicalTable } from "../../scripts/testbed/tables.ts";
 import {
-  answeringPods,
-  canonicalTable,
   createFaultTopology,
   faultsSkipReason,
   FaultyExecutor,
   LogCapture,
-  nodeObject,
-  type Pod,
   type RunningKproxy,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  type Topology,
-  TrafficLoop,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import type { Pod, Topology } from "../../scripts/netns.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

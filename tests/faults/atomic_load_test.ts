@@ -25,14 +25,9 @@ import {
   servicePort as iptServicePort,
   traffic as iptTraffic,
 } from "../golden/iptables/fixtures.ts";
-import {
-  createNamespace,
-  deleteNamespace,
-  faultsSkipReason,
-  HostExecutor,
-  NetnsExecutor,
-  Topology,
-} from "../../scripts/testbed/harness.ts";
+import { createNamespace, deleteNamespace } from "../../scripts/testbed/tables.ts";
+import { faultsSkipReason } from "../../scripts/testbed/kproxy.ts";
+import { HostExecutor, NetnsExecutor, Topology } from "../../scripts/netns.ts";
 
 const nftSkip = await faultsSkipReason(["nft"]);
 

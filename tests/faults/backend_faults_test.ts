@@ -10,22 +10,20 @@
  */
 
 import assert from "node:assert/strict";
+import { assertServedBy } from "../../scripts/testbed/traffic.ts";
 import {
-  assertServedBy,
   createFaultTopology,
   type FaultKind,
   faultsSkipReason,
   FaultyExecutor,
   LogCapture,
   ManualSource,
-  nodeObject,
   sample,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  type Topology,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import type { Topology } from "../../scripts/netns.ts";
 
 const skipReason = await faultsSkipReason(["nft", "iptables-restore"]);
 

@@ -13,23 +13,26 @@
  */
 
 import assert from "node:assert/strict";
+import { ADDRESSES, type Pod } from "../../scripts/netns.ts";
 import {
-  ADDRESSES,
-  type ApiObject,
-  assertServedBy,
-  ConnectionFlood,
-  createFaultTopology,
-  faultsSkipReason,
-  httpStatus,
-  KproxyProcess,
   manifestText,
   nodeObject,
-  type Pod,
   serviceObject,
   sliceObject,
+} from "../../scripts/testbed/objects.ts";
+import type { ApiObject } from "../../scripts/testbed/fake_apiserver.ts";
+import {
+  assertServedBy,
+  ConnectionFlood,
+  httpStatus,
   TrafficLoop,
+} from "../../scripts/testbed/traffic.ts";
+import {
+  createFaultTopology,
+  faultsSkipReason,
+  KproxyProcess,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
 
 const skipReason = await faultsSkipReason(["nft", "curl", "prlimit"]);
 

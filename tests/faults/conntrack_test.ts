@@ -11,21 +11,16 @@
 import assert from "node:assert/strict";
 import { KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
 import { DenoExecutor } from "../../lib/shell/exec.ts";
+import { ADDRESSES, NetnsExecutor, type Pod, type Topology } from "../../scripts/netns.ts";
 import {
-  ADDRESSES,
   createFaultTopology,
   faultsSkipReason,
   ManualSource,
-  NetnsExecutor,
-  nodeObject,
-  type Pod,
   sample,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  type Topology,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
 
 const skipReason = await faultsSkipReason(["nft", "iptables-restore", "conntrack"]);
 

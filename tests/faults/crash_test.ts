@@ -11,23 +11,21 @@
 
 import assert from "node:assert/strict";
 import {
-  type ApiObject,
-  assertServedBy,
-  canonicalTable,
-  createFaultTopology,
-  createNamespace,
-  deleteNamespace,
-  faultsSkipReason,
-  HostExecutor,
-  KproxyProcess,
   manifestText,
   nodeObject,
-  type Pod,
   serviceObject,
   sliceObject,
-  Topology,
+} from "../../scripts/testbed/objects.ts";
+import type { ApiObject } from "../../scripts/testbed/fake_apiserver.ts";
+import { assertServedBy } from "../../scripts/testbed/traffic.ts";
+import { canonicalTable, createNamespace, deleteNamespace } from "../../scripts/testbed/tables.ts";
+import {
+  createFaultTopology,
+  faultsSkipReason,
+  KproxyProcess,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { HostExecutor, type Pod, Topology } from "../../scripts/netns.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

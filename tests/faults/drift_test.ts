@@ -10,24 +10,21 @@
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
+import { assertServedBy } from "../../scripts/testbed/traffic.ts";
+import { canonicalTable, nftIn } from "../../scripts/testbed/tables.ts";
 import {
-  assertServedBy,
-  canonicalTable,
   createFaultTopology,
   faultsSkipReason,
   FaultyExecutor,
   LogCapture,
   ManualSource,
-  nftIn,
-  nodeObject,
   type RunningKproxy,
   sample,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  type Topology,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import type { Topology } from "../../scripts/netns.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

@@ -10,25 +10,24 @@
  */
 
 import assert from "node:assert/strict";
+import { ADDRESSES, type Pod } from "../../scripts/netns.ts";
+import { answeringPods, assertServedBy, httpStatus } from "../../scripts/testbed/traffic.ts";
 import {
-  ADDRESSES,
-  answeringPods,
-  assertServedBy,
   createFaultTopology,
   faultsSkipReason,
   FaultyExecutor,
-  httpStatus,
   KproxyProcess,
   LogCapture,
-  manifestText,
   ManualSource,
-  nodeObject,
-  type Pod,
-  serviceObject,
-  sliceObject,
   startKproxy,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import {
+  manifestText,
+  nodeObject,
+  serviceObject,
+  sliceObject,
+} from "../../scripts/testbed/objects.ts";
 
 const skipReason = await faultsSkipReason(["nft", "curl"]);
 

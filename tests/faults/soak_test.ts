@@ -9,23 +9,22 @@
 import assert from "node:assert/strict";
 import {
   canonicalTable,
-  createFaultTopology,
   createNamespace,
   deleteNamespace,
   diffTables,
+  loadFreshRender,
+} from "../../scripts/testbed/tables.ts";
+import {
+  createFaultTopology,
   faultsSkipReason,
   FaultyExecutor,
-  loadFreshRender,
   LogCapture,
   ManualSource,
-  nodeObject,
-  type Pod,
-  serviceObject,
-  sliceObject,
   startKproxy,
-  Topology,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import { type Pod, Topology } from "../../scripts/netns.ts";
 
 const skipReason = await faultsSkipReason(["nft"]);
 

@@ -8,18 +8,12 @@
 
 import assert from "node:assert/strict";
 import type { Backend } from "../../lib/core/backend.ts";
-import type { IpFamily, Protocol } from "../../lib/core/model.ts";
-import type {
-  ClusterIPMasquerade,
-  NoEndpointsVerdict,
-  Plan,
-  PlanEndpoint,
-  ServicePortPlan,
-} from "../../lib/core/plan.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { servicePortId } from "../../lib/core/plan.ts";
 import { planNode } from "../../lib/core/planner.ts";
 import type { ObjectKind } from "../../lib/core/source.ts";
 import { Tracker } from "../../lib/core/tracker.ts";
+import { endpointOf, plans, servicePort, TARGET_PORT } from "../../scripts/testbed/plans.ts";
 import { ADDRESSES, type Pod, type Reply, type RequestSpec, type Topology } from "./netns.ts";
 
 /** A proxy mode as the kernel tests run it. */
@@ -71,122 +65,6 @@ export interface KernelCase {
   plans: (topology: Topology) => Plan[];
   expect: (context: CaseContext) => Promise<void>;
   steps?: CaseStep[];
-}
-
-const TARGET_PORT = 8080;
-
-/** Options for {@linkcode endpointOf}. */
-export interface EndpointOptions {
-  family?: IpFamily;
-  /** @default {8080} (the echo servers also listen on 9090) */
-  port?: number;
-  ready?: boolean;
-  serving?: boolean;
-  terminating?: boolean;
-}
-
-/** The PlanEndpoint of a pod of the topology. */
-export function endpointOf(pod: Pod, options: EndpointOptions = {}): PlanEndpoint {
-  const ready = options.ready ?? true;
-  return {
-    ip: options.family === "IPv6" ? pod.ipv6 : pod.ipv4,
-    port: options.port ?? TARGET_PORT,
-    nodeName: pod.nodeName,
-    zone: pod.isLocal ? "zone-a" : "zone-b",
-    isLocal: pod.isLocal,
-    ready,
-    serving: options.serving ?? ready,
-    terminating: options.terminating ?? false,
-  };
-}
-
-/** Options for {@linkcode servicePort}; unset fields take ClusterIP-service defaults. */
-export interface ServicePortOptions {
-  name: string;
-  family?: IpFamily;
-  protocol?: Protocol;
-  port?: number;
-  clusterIP: string;
-  /** Endpoints for internal and external traffic unless overridden. */
-  endpoints?: PlanEndpoint[];
-  internalEndpoints?: PlanEndpoint[];
-  externalEndpoints?: PlanEndpoint[];
-  /** @default {"reject"} */
-  internalWhenEmpty?: NoEndpointsVerdict;
-  /** @default {"reject"} */
-  externalWhenEmpty?: NoEndpointsVerdict;
-  nodePort?: number;
-  externalIPs?: string[];
-  loadBalancerIPs?: string[];
-  sourceRanges?: string[];
-  affinityTimeoutSeconds?: number;
-  externalLocal?: boolean;
-  /** @default {"non-local"} */
-  clusterIPMasquerade?: ClusterIPMasquerade;
-  /** @default {the serving ones of the internal and external endpoints} */
-  servingEndpoints?: PlanEndpoint[];
-}
-
-/** Builds one ServicePortPlan in namespace "kernel" with port name "". */
-export function servicePort(options: ServicePortOptions): ServicePortPlan {
-  const protocol = options.protocol ?? "TCP";
-  const internal = options.internalEndpoints ?? options.endpoints ?? [];
-  const external = options.externalEndpoints ?? options.endpoints ?? [];
-  const sortKey = (e: PlanEndpoint) => `${e.ip}:${e.port}`;
-  const sorted = (list: PlanEndpoint[]) =>
-    [...list].sort((a, b) => sortKey(a).localeCompare(sortKey(b)));
-  return {
-    id: servicePortId("kernel", options.name, "", protocol),
-    namespace: "kernel",
-    name: options.name,
-    portName: "",
-    protocol,
-    port: options.port ?? 80,
-    clusterIPs: [options.clusterIP],
-    nodePort: options.nodePort ?? 0,
-    externalIPs: options.externalIPs ?? [],
-    loadBalancerIPs: options.loadBalancerIPs ?? [],
-    sourceRanges: options.sourceRanges ?? [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
-    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
-    internal: {
-      endpoints: sorted(internal),
-      whenEmpty: options.internalWhenEmpty ?? "reject",
-      reason: "kernel test",
-    },
-    external: {
-      endpoints: sorted(external),
-      whenEmpty: options.externalWhenEmpty ?? "reject",
-      reason: "kernel test",
-    },
-    externalLocal: options.externalLocal ?? false,
-    localReadyEndpoints: internal.filter((e) => e.isLocal && e.ready).length,
-    servingEndpoints: options.servingEndpoints ??
-      sorted([...new Map([...internal, ...external].map((e) => [sortKey(e), e])).values()])
-        .filter((e) => e.serving),
-  };
-}
-
-/** The plan of one family on node "node-a" with the topology's node, service and pod CIDRs. */
-export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan {
-  const v6 = family === "IPv6";
-  return {
-    family,
-    nodeName: "node-a",
-    nodePortAddresses: [v6 ? ADDRESSES.nodeV6 : ADDRESSES.nodeV4],
-    serviceCIDRs: [v6 ? ADDRESSES.serviceCIDRV6 : ADDRESSES.serviceCIDRV4],
-    localTraffic: {
-      mode: "ClusterCIDR",
-      cidrs: [v6 ? ADDRESSES.clusterCIDRV6 : ADDRESSES.clusterCIDRV4],
-    },
-    services: [...services].sort((a, b) => a.id.localeCompare(b.id)),
-  };
-}
-
-/** Plans for both families: the IPv4 services and (optionally) IPv6 ones. */
-export function plans(ipv4: ServicePortPlan[], ipv6: ServicePortPlan[] = []): Plan[] {
-  return [familyPlan("IPv4", ipv4), familyPlan("IPv6", ipv6)];
 }
 
 /**

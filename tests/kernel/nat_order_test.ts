@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { KUBE_PROXY_MODES, loadKubeProxyRules } from "../../scripts/takeover.ts";
-import { endpointOf, familyPlan, servicePort } from "./cases.ts";
+import { endpointOf, familyPlan, servicePort } from "../../scripts/testbed/plans.ts";
 import {
   createTestTopology,
   kernelSkipReason,

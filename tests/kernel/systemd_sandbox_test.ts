@@ -14,17 +14,15 @@
 import assert from "node:assert/strict";
 import { launchArgs } from "../../scripts/launch.ts";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
+import { ADDRESSES, type Pod, Topology } from "../../scripts/netns.ts";
+import { assertServedBy } from "../../scripts/testbed/traffic.ts";
 import {
-  ADDRESSES,
-  assertServedBy,
   manifestText,
   nodeObject,
-  type Pod,
   serviceObject,
   sliceObject,
-  Topology,
-  waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/objects.ts";
+import { waitFor } from "../../scripts/testbed/kproxy.ts";
 import { sandboxed } from "../support/systemd_sandbox.ts";
 
 const root = new URL("../../", import.meta.url).pathname;

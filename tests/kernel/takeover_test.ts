@@ -17,7 +17,8 @@ import {
   SCENARIO_TARGETS,
   takeOver,
 } from "../../scripts/takeover.ts";
-import { serviceObject, waitFor } from "../../scripts/testbed/harness.ts";
+import { serviceObject } from "../../scripts/testbed/objects.ts";
+import { waitFor } from "../../scripts/testbed/kproxy.ts";
 import {
   createTestTopology,
   ipvsUnavailableReason,

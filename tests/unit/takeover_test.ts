@@ -3,13 +3,8 @@ import { LEFTOVERS } from "../../backends/registry.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { LeftoverRemoval } from "../../lib/shell/takeover.ts";
-import {
-  ManualSource,
-  serviceObject,
-  sliceObject,
-  startKproxy,
-  waitFor,
-} from "../../scripts/testbed/harness.ts";
+import { ManualSource, startKproxy, waitFor } from "../../scripts/testbed/kproxy.ts";
+import { serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
 
 const LISTED_TABLES = "table ip kube-proxy\ntable ip6 kube-proxy\n";
 

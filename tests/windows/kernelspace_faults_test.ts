@@ -13,17 +13,15 @@
 import { deepStrictEqual as assertEquals, ok, rejects } from "node:assert/strict";
 import { createWindowsBackend, HnsSyncError } from "../../backends/windows/applier.ts";
 import { remoteEndpointId } from "../../backends/windows/render.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import type { ApiObject } from "../../scripts/testbed/fake_apiserver.ts";
 import {
-  type ApiObject,
   LogCapture,
   ManualSource,
-  nodeObject,
   sample,
-  serviceObject,
-  sliceObject,
   startKproxy,
   waitFor,
-} from "../../scripts/testbed/harness.ts";
+} from "../../scripts/testbed/kproxy.ts";
 import { endpoint, planOf, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 import {
   type HcnFault,
