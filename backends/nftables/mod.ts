@@ -32,7 +32,7 @@ import {
   skeletonRuleCounts,
   tableRef,
 } from "./render.ts";
-import { Table, type TableRef, Transaction } from "./transaction.ts";
+import type { TableRef, Transaction } from "./transaction.ts";
 
 export * from "./atomic.ts";
 export * from "./render.ts";
