@@ -157,7 +157,7 @@ Deno.test({
           const ns = await fresh(foreign);
           const before = await nodeTables(ns);
           await startAndStop(ns, kproxyArgs("nftables", dir));
-          const own = ["table ip kproxy", "table ip6 kproxy"];
+          const own = ["table ip kproxy", "table ip kproxy-guard", "table ip6 kproxy"];
           assert.deepEqual(await nodeTables(ns), [...before, ...own].sort());
           await cleanup(ns, kproxyArgs("nftables", dir));
           assert.deepEqual(await nodeTables(ns), before, "after --cleanup");
