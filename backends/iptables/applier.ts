@@ -15,6 +15,7 @@ import { getLogger } from "@logtape/logtape";
 import type {
   Backend,
   CleanupOptions,
+  IptablesRuleCount,
   KernelInspection,
   SyncRequest,
   SyncResult,
@@ -92,6 +93,8 @@ export function createIptablesBackend(options: IptablesBackendOptions): Backend 
 interface Applied {
   rules: number;
   scripts: number;
+  /** Rules written per table kube-proxy's metrics count. */
+  byTable: Record<"filter" | "nat", number>;
 }
 
 class IptablesBackend implements Backend {
@@ -126,6 +129,7 @@ class IptablesBackend implements Backend {
     const variant = await this.#resolveVariant();
     const parts: string[] = [];
     let full = false;
+    const iptablesRules: IptablesRuleCount[] = [];
     for (const plan of request.plans) {
       if (!this.#families.has(plan.family)) continue;
       const programs = iptablesPrograms(variant, plan.family);
@@ -141,12 +145,21 @@ class IptablesBackend implements Backend {
       this.#applied.set(plan.family, plan);
       full ||= partial === undefined;
       const kind = partial === undefined ? "full" : "partial";
+      for (const table of ["filter", "nat"] as const) {
+        const written = applied.byTable[table];
+        iptablesRules.push({
+          family: plan.family,
+          table,
+          written,
+          ...(partial === undefined ? { total: written } : {}),
+        });
+      }
       parts.push(
         `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
       );
     }
     if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
-    return { full, summary: parts.join("; ") };
+    return { full, summary: parts.join("; "), iptablesRules };
   }
 
   /**
@@ -271,8 +284,15 @@ class IptablesBackend implements Backend {
       ) => [script]),
     ].filter((blocks) => blocks.length > 0);
     for (const blocks of inputs) await this.#restore(programs, blocks);
-    const rules = [...sync.staging, ...sync.commit].reduce((sum, s) => sum + s.ruleCount, 0);
-    return { rules, scripts: inputs.length };
+    const written = [...sync.staging, ...sync.commit];
+    const rules = written.reduce((sum, s) => sum + s.ruleCount, 0);
+    const count = (table: "filter" | "nat") =>
+      written.reduce((sum, s) => sum + s.rulesIn(table), 0);
+    return {
+      rules,
+      scripts: inputs.length,
+      byTable: { filter: count("filter"), nat: count("nat") },
+    };
   }
 
   /**

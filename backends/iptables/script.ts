@@ -47,6 +47,11 @@ export class IptablesRestoreScript {
     return this.#ruleCount;
   }
 
+  /** Rules appended or inserted in one table (deletions not counted). */
+  rulesIn(table: IptablesTable): number {
+    return (this.#tables.get(table)?.rules ?? []).filter((rule) => !rule.startsWith("-D ")).length;
+  }
+
   /** True when the script would change nothing. */
   get isEmpty(): boolean {
     return this.#tables.size === 0;

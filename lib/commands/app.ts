@@ -29,6 +29,7 @@ import type { HttpServer } from "../shell/http_server.ts";
 import { ConnectionLimit } from "../shell/connection_limit.ts";
 import { setupLogging } from "../shell/log.ts";
 import { ProxyMetrics } from "../shell/metrics.ts";
+import { registerProcessMetrics } from "../shell/process_metrics.ts";
 import { startMetricsServer } from "../shell/servers.ts";
 import { MODE_PROGRAMS } from "../shell/permissions.ts";
 import type { NodePlans } from "../core/plan.ts";
@@ -293,7 +294,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     : new LeftoverRemoval({ config, executor: options.executor });
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
-  const metrics = new ProxyMetrics();
+  const metrics = new ProxyMetrics({ mode: backend.mode });
+  registerProcessMetrics(metrics.registry);
   // One cap over every server: a flood of one cannot take the descriptors the others need.
   const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({

@@ -9,6 +9,7 @@
 
 import type { Command } from "./executor.ts";
 import type { Plan } from "./plan.ts";
+import type { IpFamily } from "./model.ts";
 
 /** What the runner hands a backend on each sync. */
 export interface SyncRequest {
@@ -28,6 +29,18 @@ export interface SyncResult {
   full: boolean;
   /** Short human summary, e.g. "3 services, 1 script, 412 lines". */
   summary?: string;
+  /** iptables mode: rules per family and table, for kube-proxy's rule count metrics. */
+  iptablesRules?: IptablesRuleCount[];
+}
+
+/** Rules of one iptables table of one family (`kubeproxy_sync_proxy_rules_iptables_*`). */
+export interface IptablesRuleCount {
+  family: IpFamily;
+  table: "filter" | "nat";
+  /** Rules written by this sync. */
+  written: number;
+  /** Rules kproxy owns in the table; known after full syncs only. */
+  total?: number;
 }
 
 /**

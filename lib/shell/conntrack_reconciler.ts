@@ -138,7 +138,7 @@ export class ConntrackReconciler {
       result.error = error instanceof Error ? error.message : String(error);
     }
     const seconds = (this.#clock.now() - startedAt) / 1000;
-    this.#metrics?.conntrackReconcilerSyncDuration.observe(seconds, { ip_family: family });
+    this.#metrics?.conntrackReconcilerSyncDuration.observe({ ip_family: family }, seconds);
     this.#metrics?.conntrackReconcilerDeletedEntriesTotal.inc(
       { ip_family: family },
       result.deleted,

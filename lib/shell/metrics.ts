@@ -1,318 +1,190 @@
 /**
- * A small Prometheus registry (counters, gauges, histograms and the text
- * exposition format) and the metrics kube-proxy exports, under the same names.
+ * The metrics kproxy serves on `/metrics`, through prom-client: kube-proxy's
+ * (`kubeproxy_*`, same names, types, labels and buckets as kube-proxy 1.36),
+ * the process metrics every Go component exposes (`process_*`, see
+ * `process_metrics.ts`) and kproxy's own (`kproxy_*`).
+ *
+ * Only prom-client's registry and its counter, gauge and histogram modules
+ * are loaded: its index also loads the Summary (tdigest), the Pushgateway
+ * (node:http), the cluster aggregator and the Node.js default metrics, which
+ * cost ~4 MiB more resident memory (docs/ARCHITECTURE.md, "Metrics").
+ *
+ * A metric read at scrape time is a prom-client metric with a `collect()`
+ * callback registered on {@linkcode ProxyMetrics.registry}:
+ *
+ * ```ts ignore
+ * new Gauge({
+ *   name: "kproxy_example",
+ *   help: "An example",
+ *   labelNames: ["service"],
+ *   registers: [metrics.registry],
+ *   collect() {
+ *     this.reset();
+ *     this.set({ service: "default/web" }, 1);
+ *   },
+ * });
+ * ```
  *
  * @module
  */
 
-/** Label names to values. */
-export type Labels = Record<string, string>;
+import type * as Prom from "prom-client";
+import RegistryModule from "prom-client/lib/registry.js";
+import CounterModule from "prom-client/lib/counter.js";
+import GaugeModule from "prom-client/lib/gauge.js";
+import HistogramModule from "prom-client/lib/histogram.js";
+import BucketsModule from "prom-client/lib/bucketGenerators.js";
+import type { IpFamily } from "../core/model.ts";
 
-/** Options shared by every metric. */
-export interface MetricOptions {
-  /** Full metric name, e.g. `kubeproxy_sync_proxy_rules_duration_seconds`. */
-  name: string;
-  help: string;
-  /** Names of the labels every sample must carry, in exposition order. */
-  labelNames?: readonly string[];
-}
+/** prom-client's registry: `metrics()` renders the text exposition format 0.0.4. */
+export const Registry: typeof Prom.Registry = RegistryModule;
+/** prom-client's registry. */
+export type Registry = Prom.Registry;
+/** prom-client's counter. */
+export const Counter: typeof Prom.Counter = CounterModule;
+/** prom-client's counter. */
+export type Counter<L extends string = string> = Prom.Counter<L>;
+/** prom-client's gauge. */
+export const Gauge: typeof Prom.Gauge = GaugeModule;
+/** prom-client's gauge. */
+export type Gauge<L extends string = string> = Prom.Gauge<L>;
+/** prom-client's histogram. */
+export const Histogram: typeof Prom.Histogram = HistogramModule;
+/** prom-client's histogram. */
+export type Histogram<L extends string = string> = Prom.Histogram<L>;
 
-const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
-const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
-
-/** Returns `count` buckets: start, start·factor, start·factor², … */
-export function exponentialBuckets(start: number, factor: number, count: number): number[] {
-  return Array.from({ length: count }, (_, i) => start * factor ** i);
-}
-
-/** Returns `count` buckets: start, start+width, start+2·width, … */
-export function linearBuckets(start: number, width: number, count: number): number[] {
-  return Array.from({ length: count }, (_, i) => start + width * i);
-}
-
-function formatValue(value: number): string {
-  if (Number.isNaN(value)) return "NaN";
-  if (value === Infinity) return "+Inf";
-  if (value === -Infinity) return "-Inf";
-  return String(value);
-}
-
-function escapeLabelValue(value: string): string {
-  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
-}
-
-function escapeHelp(help: string): string {
-  return help.replaceAll("\\", "\\\\").replaceAll("\n", "\\n");
-}
-
-function formatLabels(names: readonly string[], values: readonly string[]): string {
-  if (names.length === 0) return "";
-  const pairs = names.map((name, i) => `${name}="${escapeLabelValue(values[i] ?? "")}"`);
-  return `{${pairs.join(",")}}`;
-}
-
-/** The common part of every metric: name, help, labels and the series keyed by label values. */
-abstract class Metric<Series> {
-  readonly name: string;
-  readonly help: string;
-  readonly labelNames: readonly string[];
-  abstract readonly type: "counter" | "gauge" | "histogram";
-  protected readonly series: Map<string, { values: string[]; data: Series }> = new Map();
-
-  constructor(options: MetricOptions) {
-    if (!METRIC_NAME.test(options.name)) {
-      throw new TypeError(`Cannot register metric "${options.name}": invalid name`);
-    }
-    for (const label of options.labelNames ?? []) {
-      if (!LABEL_NAME.test(label) || label === "le") {
-        throw new TypeError(`Cannot register metric "${options.name}": invalid label "${label}"`);
-      }
-    }
-    this.name = options.name;
-    this.help = options.help;
-    this.labelNames = [...(options.labelNames ?? [])];
-  }
-
-  protected abstract newSeries(): Series;
-  protected abstract formatSeries(labels: string[], data: Series): string[];
-
-  protected seriesFor(labels: Labels = {}): Series {
-    const values = this.labelNames.map((name) => {
-      const value = labels[name];
-      if (value === undefined) {
-        throw new TypeError(`Cannot record metric "${this.name}": missing label "${name}"`);
-      }
-      return value;
-    });
-    if (Object.keys(labels).length !== this.labelNames.length) {
-      throw new TypeError(
-        `Cannot record metric "${this.name}": labels must be exactly ${
-          JSON.stringify(this.labelNames)
-        }`,
-      );
-    }
-    const key = JSON.stringify(values);
-    let entry = this.series.get(key);
-    if (!entry) {
-      entry = { values, data: this.newSeries() };
-      this.series.set(key, entry);
-    }
-    return entry.data;
-  }
-
-  /** The exposition text of this metric: HELP, TYPE and samples sorted by labels. */
-  expose(): string {
-    const lines = [
-      `# HELP ${this.name} ${escapeHelp(this.help)}`,
-      `# TYPE ${this.name} ${this.type}`,
-    ];
-    const entries = [...this.series.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    for (const [, entry] of entries) lines.push(...this.formatSeries(entry.values, entry.data));
-    return lines.join("\n") + "\n";
-  }
-}
-
-/** A monotonically increasing count. */
-export class Counter extends Metric<{ value: number }> {
-  readonly type = "counter" as const;
-
-  constructor(options: MetricOptions) {
-    super(options);
-    if (this.labelNames.length === 0) this.seriesFor();
-  }
-
-  /** Adds `amount` (default 1, never negative). */
-  inc(labels?: Labels, amount = 1): void {
-    if (!(amount >= 0)) {
-      throw new RangeError(`Cannot decrease counter "${this.name}" by ${amount}`);
-    }
-    this.seriesFor(labels).value += amount;
-  }
-
-  /** Current value of one series. */
-  get(labels?: Labels): number {
-    return this.seriesFor(labels).value;
-  }
-
-  protected newSeries(): { value: number } {
-    return { value: 0 };
-  }
-
-  protected formatSeries(values: string[], data: { value: number }): string[] {
-    return [`${this.name}${formatLabels(this.labelNames, values)} ${formatValue(data.value)}`];
-  }
-}
-
-/** A value that goes up and down. */
-export class Gauge extends Metric<{ value: number }> {
-  readonly type = "gauge" as const;
-
-  constructor(options: MetricOptions) {
-    super(options);
-    if (this.labelNames.length === 0) this.seriesFor();
-  }
-
-  /** Sets the value of one series. */
-  set(value: number, labels?: Labels): void {
-    this.seriesFor(labels).value = value;
-  }
-
-  /** Adds `amount` (may be negative). */
-  inc(labels?: Labels, amount = 1): void {
-    this.seriesFor(labels).value += amount;
-  }
-
-  /** Current value of one series. */
-  get(labels?: Labels): number {
-    return this.seriesFor(labels).value;
-  }
-
-  protected newSeries(): { value: number } {
-    return { value: 0 };
-  }
-
-  protected formatSeries(values: string[], data: { value: number }): string[] {
-    return [`${this.name}${formatLabels(this.labelNames, values)} ${formatValue(data.value)}`];
-  }
-}
-
-/** Options for {@linkcode Histogram}. */
-export interface HistogramOptions extends MetricOptions {
-  /** Upper bounds, strictly increasing; `+Inf` is implied. */
-  buckets: readonly number[];
-}
-
-interface HistogramSeries {
-  counts: number[];
-  sum: number;
-  count: number;
-}
-
-/** Observations counted into cumulative buckets. */
-export class Histogram extends Metric<HistogramSeries> {
-  readonly type = "histogram" as const;
-  readonly buckets: readonly number[];
-
-  constructor(options: HistogramOptions) {
-    super(options);
-    for (let i = 1; i < options.buckets.length; i++) {
-      if (!(options.buckets[i]! > options.buckets[i - 1]!)) {
-        throw new RangeError(`Cannot register histogram "${this.name}": buckets must increase`);
-      }
-    }
-    this.buckets = [...options.buckets];
-    if (this.labelNames.length === 0) this.seriesFor();
-  }
-
-  /** Records one observation. */
-  observe(value: number, labels?: Labels): void {
-    const series = this.seriesFor(labels);
-    const index = this.buckets.findIndex((bound) => value <= bound);
-    if (index >= 0) series.counts[index]!++;
-    series.sum += value;
-    series.count++;
-  }
-
-  /** Count and sum of one series. */
-  get(labels?: Labels): { count: number; sum: number } {
-    const { count, sum } = this.seriesFor(labels);
-    return { count, sum };
-  }
-
-  protected newSeries(): HistogramSeries {
-    return { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
-  }
-
-  protected formatSeries(values: string[], data: HistogramSeries): string[] {
-    const names = [...this.labelNames, "le"];
-    const lines: string[] = [];
-    let cumulative = 0;
-    this.buckets.forEach((bound, i) => {
-      cumulative += data.counts[i]!;
-      lines.push(
-        `${this.name}_bucket${formatLabels(names, [...values, formatValue(bound)])} ${cumulative}`,
-      );
-    });
-    lines.push(`${this.name}_bucket${formatLabels(names, [...values, "+Inf"])} ${data.count}`);
-    const labels = formatLabels(this.labelNames, values);
-    lines.push(`${this.name}_sum${labels} ${formatValue(data.sum)}`);
-    lines.push(`${this.name}_count${labels} ${data.count}`);
-    return lines;
-  }
-}
-
-/** A set of metrics exposed together. */
-export class Registry {
-  readonly #metrics = new Map<string, Metric<unknown>>();
-
-  /** Registers and returns a counter. */
-  counter(options: MetricOptions): Counter {
-    return this.#register(new Counter(options));
-  }
-
-  /** Registers and returns a gauge. */
-  gauge(options: MetricOptions): Gauge {
-    return this.#register(new Gauge(options));
-  }
-
-  /** Registers and returns a histogram. */
-  histogram(options: HistogramOptions): Histogram {
-    return this.#register(new Histogram(options));
-  }
-
-  /** The Prometheus text exposition (format 0.0.4) of every metric, sorted by name. */
-  expose(): string {
-    return [...this.#metrics.values()]
-      .sort((a, b) => (a.name < b.name ? -1 : 1))
-      .map((metric) => metric.expose())
-      .join("");
-  }
-
-  #register<M extends Metric<any>>(metric: M): M {
-    if (this.#metrics.has(metric.name)) {
-      throw new TypeError(`Cannot register metric "${metric.name}": already registered`);
-    }
-    this.#metrics.set(metric.name, metric);
-    return metric;
-  }
-}
+const buckets: Pick<typeof Prom, "exponentialBuckets" | "linearBuckets"> = BucketsModule;
 
 /** Buckets of sync durations, as upstream: 1 ms doubling 15 times (to ~16 s). */
-export const SYNC_DURATION_BUCKETS: readonly number[] = exponentialBuckets(0.001, 2, 15);
+export const SYNC_DURATION_BUCKETS: readonly number[] = buckets.exponentialBuckets(0.001, 2, 15);
 
 /** Buckets of network programming latency, as upstream: 0.25 s … 5 min. */
 export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
-  ...linearBuckets(0.25, 0.25, 2),
-  ...linearBuckets(1, 1, 59),
-  ...linearBuckets(60, 5, 12),
-  ...linearBuckets(120, 30, 7),
+  ...buckets.linearBuckets(0.25, 0.25, 2),
+  ...buckets.linearBuckets(1, 1, 59),
+  ...buckets.linearBuckets(60, 5, 12),
+  ...buckets.linearBuckets(120, 30, 7),
 ];
 
-/** Every metric kproxy exports: kube-proxy's (`kubeproxy_`) and its own (`kproxy_`). */
+/** The `ip_family` label of kube-proxy's per-family metrics. */
+export type FamilyLabel = "ip_family";
+
+/** The iptables tables kube-proxy counts rules in. */
+export const IPTABLES_METRIC_TABLES = ["filter", "nat"] as const;
+
+/** Options for {@linkcode ProxyMetrics}. */
+export interface ProxyMetricsOptions {
+  /** The proxy mode: kube-proxy registers some metrics in one mode only. @default {"nftables"} */
+  mode?: string;
+  /** Families whose per-family series exist from the start. @default {["IPv4", "IPv6"]} */
+  families?: readonly IpFamily[];
+  /** @default a registry of its own */
+  registry?: Registry;
+}
+
+/** Count and sum of a histogram's series that carry `labels` (for benchmarks and tests). */
+export async function histogramTotals(
+  histogram: Histogram<string>,
+  labels: Record<string, string> = {},
+): Promise<{ count: number; sum: number }> {
+  const totals = { count: 0, sum: 0 };
+  for (const value of (await histogram.get()).values) {
+    const labelled = value.labels as Record<string, unknown>;
+    if (Object.entries(labels).some(([name, wanted]) => labelled[name] !== wanted)) continue;
+    if (value.metricName?.endsWith("_count")) totals.count += value.value;
+    else if (value.metricName?.endsWith("_sum")) totals.sum += value.value;
+  }
+  return totals;
+}
+
+/** Current value of one counter or gauge series (0 when it does not exist). */
+export async function valueOf(
+  metric: Counter<string> | Gauge<string>,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const wanted = JSON.stringify(Object.entries(labels).sort());
+  const found = (await metric.get()).values.find((value) =>
+    JSON.stringify(Object.entries(value.labels).sort()) === wanted
+  );
+  return found?.value ?? 0;
+}
+
+/**
+ * Every metric kproxy exports: kube-proxy's (`kubeproxy_`) and its own
+ * (`kproxy_`). Metrics kube-proxy registers in one mode only exist in that
+ * mode (undefined otherwise); per-family series exist at zero from the start.
+ */
 export class ProxyMetrics {
   readonly registry: Registry;
-  readonly syncProxyRulesDuration: Histogram;
-  readonly syncFullProxyRulesDuration: Histogram;
-  readonly syncPartialProxyRulesDuration: Histogram;
-  readonly syncProxyRulesLastTimestamp: Gauge;
-  readonly networkProgrammingDuration: Histogram;
+  readonly mode: string;
+  readonly syncProxyRulesDuration: Histogram<FamilyLabel>;
+  readonly syncFullProxyRulesDuration: Histogram<FamilyLabel>;
+  readonly syncPartialProxyRulesDuration: Histogram<FamilyLabel>;
+  readonly syncProxyRulesLastTimestamp: Gauge<FamilyLabel>;
+  readonly networkProgrammingDuration: Histogram<FamilyLabel>;
   readonly endpointChangesPending: Gauge;
   readonly endpointChangesTotal: Counter;
   readonly serviceChangesPending: Gauge;
   readonly serviceChangesTotal: Counter;
-  readonly noLocalEndpointsTotal: Gauge;
-  readonly lastQueuedTimestamp: Gauge;
-  readonly proxyHealthzTotal: Counter;
-  readonly proxyLivezTotal: Counter;
-  readonly syncFailuresTotal: Counter;
-  readonly driftRepairsTotal: Counter;
-  readonly conntrackReconcilerSyncDuration: Histogram;
-  readonly conntrackReconcilerDeletedEntriesTotal: Counter;
+  readonly noLocalEndpointsTotal: Gauge<FamilyLabel | "traffic_policy">;
+  readonly lastQueuedTimestamp: Gauge<FamilyLabel>;
+  readonly proxyHealthzTotal: Counter<"code">;
+  readonly proxyLivezTotal: Counter<"code">;
+  readonly conntrackReconcilerSyncDuration: Histogram<FamilyLabel>;
+  readonly conntrackReconcilerDeletedEntriesTotal: Counter<FamilyLabel>;
+  /** nftables mode: failed syncs. */
+  readonly nftablesSyncFailuresTotal?: Counter<FamilyLabel>;
+  /** nftables mode: failed removals of stale chains. */
+  readonly nftablesCleanupFailuresTotal?: Counter<FamilyLabel>;
+  /** iptables and ipvs modes: failed `iptables-restore` runs. */
+  readonly iptablesRestoreFailuresTotal?: Counter<FamilyLabel>;
+  /** iptables mode: failed partial restores (a full one follows). */
+  readonly iptablesPartialRestoreFailuresTotal?: Counter<FamilyLabel>;
+  /** iptables mode: rules kproxy owns, per table. */
+  readonly iptablesRulesTotal?: Gauge<FamilyLabel | "table">;
+  /** iptables mode: rules written by the last sync, per table. */
+  readonly iptablesRulesLast?: Gauge<FamilyLabel | "table">;
+  readonly syncFailuresTotal: Counter<"mode">;
+  readonly driftRepairsTotal: Counter<"mode">;
 
-  constructor(registry: Registry = new Registry()) {
+  constructor(options: ProxyMetricsOptions = {}) {
+    const registry = options.registry ?? new Registry();
+    const families = options.families ?? ["IPv4", "IPv6"];
     this.registry = registry;
-    const histogram = (name: string, help: string, buckets: readonly number[]) =>
-      registry.histogram({ name: `kubeproxy_${name}`, help, buckets });
+    this.mode = options.mode ?? "nftables";
+    const registers = [registry];
+    const histogram = (name: string, help: string, buckets: readonly number[]) => {
+      const metric = new Histogram({
+        name: `kubeproxy_${name}`,
+        help,
+        buckets: [...buckets],
+        labelNames: ["ip_family"],
+        registers,
+      });
+      for (const ip_family of families) metric.zero({ ip_family });
+      return metric;
+    };
+    const familyCounter = (name: string, help: string) => {
+      const metric = new Counter({
+        name: `kubeproxy_${name}`,
+        help,
+        labelNames: ["ip_family"],
+        registers,
+      });
+      for (const ip_family of families) metric.inc({ ip_family }, 0);
+      return metric;
+    };
+    const familyGauge = (name: string, help: string) => {
+      const metric = new Gauge({
+        name: `kubeproxy_${name}`,
+        help,
+        labelNames: ["ip_family"],
+        registers,
+      });
+      for (const ip_family of families) metric.set({ ip_family }, 0);
+      return metric;
+    };
+
     this.syncProxyRulesDuration = histogram(
       "sync_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds",
@@ -333,67 +205,123 @@ export class ProxyMetrics {
       "In Cluster Network Programming Latency in seconds",
       NETWORK_PROGRAMMING_BUCKETS,
     );
-    this.syncProxyRulesLastTimestamp = registry.gauge({
-      name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-      help: "The last time proxy rules were successfully synced",
-    });
-    this.endpointChangesPending = registry.gauge({
+    this.syncProxyRulesLastTimestamp = familyGauge(
+      "sync_proxy_rules_last_timestamp_seconds",
+      "The last time proxy rules were successfully synced",
+    );
+    this.lastQueuedTimestamp = familyGauge(
+      "sync_proxy_rules_last_queued_timestamp_seconds",
+      "The last time a sync of proxy rules was queued",
+    );
+    this.endpointChangesPending = new Gauge({
       name: "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
       help: "Pending proxy rules Endpoint changes",
+      registers,
     });
-    this.endpointChangesTotal = registry.counter({
+    this.endpointChangesTotal = new Counter({
       name: "kubeproxy_sync_proxy_rules_endpoint_changes_total",
       help: "Cumulative proxy rules Endpoint changes",
+      registers,
     });
-    this.serviceChangesPending = registry.gauge({
+    this.serviceChangesPending = new Gauge({
       name: "kubeproxy_sync_proxy_rules_service_changes_pending",
       help: "Pending proxy rules Service changes",
+      registers,
     });
-    this.serviceChangesTotal = registry.counter({
+    this.serviceChangesTotal = new Counter({
       name: "kubeproxy_sync_proxy_rules_service_changes_total",
       help: "Cumulative proxy rules Service changes",
+      registers,
     });
-    this.noLocalEndpointsTotal = registry.gauge({
+    this.noLocalEndpointsTotal = new Gauge({
       name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
       help: "Number of services with a Local traffic policy and no endpoints",
-      labelNames: ["traffic_policy"],
+      labelNames: ["ip_family", "traffic_policy"],
+      registers,
     });
-    this.noLocalEndpointsTotal.set(0, { traffic_policy: "internal" });
-    this.noLocalEndpointsTotal.set(0, { traffic_policy: "external" });
-    this.lastQueuedTimestamp = registry.gauge({
-      name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-      help: "The last time a sync of proxy rules was queued",
-    });
-    this.proxyHealthzTotal = registry.counter({
+    for (const ip_family of families) {
+      for (const traffic_policy of ["internal", "external"]) {
+        this.noLocalEndpointsTotal.set({ ip_family, traffic_policy }, 0);
+      }
+    }
+    this.proxyHealthzTotal = new Counter({
       name: "kubeproxy_proxy_healthz_total",
       help: "Cumulative proxy healthz HTTP status",
       labelNames: ["code"],
+      registers,
     });
-    this.proxyLivezTotal = registry.counter({
+    this.proxyLivezTotal = new Counter({
       name: "kubeproxy_proxy_livez_total",
       help: "Cumulative proxy livez HTTP status",
       labelNames: ["code"],
+      registers,
     });
-    this.syncFailuresTotal = registry.counter({
+    this.conntrackReconcilerSyncDuration = histogram(
+      "conntrack_reconciler_sync_duration_seconds",
+      "ReconcileConntrackFlowsLatency latency in seconds",
+      SYNC_DURATION_BUCKETS,
+    );
+    this.conntrackReconcilerDeletedEntriesTotal = familyCounter(
+      "conntrack_reconciler_deleted_entries_total",
+      "Cumulative conntrack flows deleted by conntrack reconciler",
+    );
+
+    if (this.mode === "nftables") {
+      this.nftablesSyncFailuresTotal = familyCounter(
+        "sync_proxy_rules_nftables_sync_failures_total",
+        "Cumulative proxy nftables sync failures",
+      );
+      this.nftablesCleanupFailuresTotal = familyCounter(
+        "sync_proxy_rules_nftables_cleanup_failures_total",
+        "Cumulative proxy nftables cleanup failures",
+      );
+    }
+    if (this.mode === "iptables" || this.mode === "ipvs") {
+      this.iptablesRestoreFailuresTotal = familyCounter(
+        "sync_proxy_rules_iptables_restore_failures_total",
+        "Cumulative proxy iptables restore failures",
+      );
+    }
+    if (this.mode === "iptables") {
+      this.iptablesPartialRestoreFailuresTotal = familyCounter(
+        "sync_proxy_rules_iptables_partial_restore_failures_total",
+        "Cumulative proxy iptables partial restore failures",
+      );
+      const tableGauge = (name: string, help: string) => {
+        const gauge = new Gauge({
+          name: `kubeproxy_${name}`,
+          help,
+          labelNames: ["ip_family", "table"],
+          registers,
+        });
+        for (const ip_family of families) {
+          for (const table of IPTABLES_METRIC_TABLES) gauge.set({ ip_family, table }, 0);
+        }
+        return gauge;
+      };
+      this.iptablesRulesTotal = tableGauge(
+        "sync_proxy_rules_iptables_total",
+        "Total number of iptables rules owned by kube-proxy",
+      );
+      this.iptablesRulesLast = tableGauge(
+        "sync_proxy_rules_iptables_last",
+        "Number of iptables rules written by kube-proxy in last sync",
+      );
+    }
+
+    this.syncFailuresTotal = new Counter({
       name: "kproxy_sync_failures_total",
       help: "Syncs of proxy rules that failed and will be retried",
       labelNames: ["mode"],
+      registers,
     });
-    this.driftRepairsTotal = registry.counter({
+    this.syncFailuresTotal.inc({ mode: this.mode }, 0);
+    this.driftRepairsTotal = new Counter({
       name: "kproxy_drift_repairs_total",
       help: "Full syncs triggered because the kernel no longer held the applied rules",
       labelNames: ["mode"],
+      registers,
     });
-    this.conntrackReconcilerSyncDuration = registry.histogram({
-      name: "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-      help: "ReconcileConntrackFlowsLatency latency in seconds",
-      buckets: SYNC_DURATION_BUCKETS,
-      labelNames: ["ip_family"],
-    });
-    this.conntrackReconcilerDeletedEntriesTotal = registry.counter({
-      name: "kubeproxy_conntrack_reconciler_deleted_entries_total",
-      help: "Cumulative conntrack flows deleted by conntrack reconciler",
-      labelNames: ["ip_family"],
-    });
+    this.driftRepairsTotal.inc({ mode: this.mode }, 0);
   }
 }

@@ -14,12 +14,16 @@ import type { ServiceHealthInfo } from "./servers.ts";
 import type { ProxyHealth } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { NodePlans, Plan } from "../core/plan.ts";
+import type { IpFamily } from "../core/model.ts";
 import type { SyncHistory } from "./sync_history.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../core/planner.ts";
 import type { SourceEvent } from "../core/source.ts";
 import type { StateChange } from "../core/state.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
+
+/** The `ip_family` label of each family of {@linkcode NodePlans}. */
+const FAMILY_LABELS: Readonly<Record<keyof NodePlans, IpFamily>> = { ipv4: "IPv4", ipv6: "IPv6" };
 
 /** The tracker as the proxier uses it (see `lib/tracker.ts`). */
 export interface StateTracker {
@@ -156,7 +160,10 @@ export class Proxier {
         this.#metrics.serviceChangesPending.inc();
         this.#metrics.serviceChangesTotal.inc();
       }
-      this.#metrics.lastQueuedTimestamp.set(this.#clock.wallNow() / 1000);
+      const queuedAt = this.#clock.wallNow() / 1000;
+      for (const family of this.#families) {
+        this.#metrics.lastQueuedTimestamp.set({ ip_family: FAMILY_LABELS[family] }, queuedAt);
+      }
     }
     this.#health.queuedUpdate();
     // Before the initial list is complete a sync would only wait, and would
@@ -223,7 +230,7 @@ export class Proxier {
     } catch (error) {
       this.#needFull = true;
       this.#pendingChangeAt = oldestChangeAt;
-      this.#metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+      this.#recordBackendFailure(full);
       this.#history?.record({
         at: startedAtWall,
         full,
@@ -257,7 +264,15 @@ export class Proxier {
       changed: changed.size,
       ok: true,
     });
-    this.#recordSuccess({ result, startedAt, finishedAt, oldestChangeAt, plans });
+    this.#recordSuccess({
+      result,
+      startedAt,
+      finishedAt,
+      oldestChangeAt,
+      plans,
+      previous,
+      changed,
+    });
     logger.debug("Synced {mode} rules ({kind}, {changed} changed): {summary}", {
       mode: this.#backend.mode,
       kind: result.full ? "full" : "partial",
@@ -325,6 +340,18 @@ export class Proxier {
     return drifted;
   }
 
+  /** Counts a failed backend sync: kproxy's counter and the mode's kube-proxy counters. */
+  #recordBackendFailure(full: boolean): void {
+    const metrics = this.#metrics;
+    metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+    for (const family of this.#families) {
+      const labels = { ip_family: FAMILY_LABELS[family] };
+      metrics.nftablesSyncFailuresTotal?.inc(labels);
+      metrics.iptablesRestoreFailuresTotal?.inc(labels);
+      if (!full) metrics.iptablesPartialRestoreFailuresTotal?.inc(labels);
+    }
+  }
+
   #recordSuccess(
     sync: {
       result: SyncResult;
@@ -332,35 +359,51 @@ export class Proxier {
       finishedAt: number;
       oldestChangeAt?: number;
       plans: Plan[];
+      previous: Plan[];
+      changed: ReadonlySet<string>;
     },
   ): void {
     const metrics = this.#metrics;
     const seconds = (sync.finishedAt - sync.startedAt) / 1000;
-    metrics.syncProxyRulesDuration.observe(seconds);
-    (sync.result.full ? metrics.syncFullProxyRulesDuration : metrics.syncPartialProxyRulesDuration)
-      .observe(seconds);
-    metrics.syncProxyRulesLastTimestamp.set(this.#clock.wallNow() / 1000);
-    if (sync.oldestChangeAt !== undefined) {
-      metrics.networkProgrammingDuration.observe(
-        Math.max(0, sync.finishedAt - sync.oldestChangeAt) / 1000,
-      );
-    }
-    const noLocal = { internal: new Set<string>(), external: new Set<string>() };
-    for (const plan of sync.plans) {
+    const syncedAt = this.#clock.wallNow() / 1000;
+    sync.plans.forEach((plan, i) => {
+      const ip_family = plan.family;
+      metrics.syncProxyRulesDuration.observe({ ip_family }, seconds);
+      (sync.result.full
+        ? metrics.syncFullProxyRulesDuration
+        : metrics.syncPartialProxyRulesDuration)
+        .observe({ ip_family }, seconds);
+      metrics.syncProxyRulesLastTimestamp.set({ ip_family }, syncedAt);
+      const programmed = sync.previous[i] === undefined ||
+        plan.services.some((service) => sync.changed.has(service.id)) ||
+        sync.previous[i]!.services.some((service) => sync.changed.has(service.id));
+      if (sync.oldestChangeAt !== undefined && programmed) {
+        metrics.networkProgrammingDuration.observe(
+          { ip_family },
+          Math.max(0, sync.finishedAt - sync.oldestChangeAt) / 1000,
+        );
+      }
+      let internal = 0;
+      let external = 0;
       for (const service of plan.services) {
         if (service.internal.endpoints.length === 0 && service.internal.whenEmpty === "drop") {
-          noLocal.internal.add(service.id);
+          internal++;
         }
         if (
           service.externalLocal && service.external.endpoints.length === 0 &&
           service.external.whenEmpty === "drop"
         ) {
-          noLocal.external.add(service.id);
+          external++;
         }
       }
+      metrics.noLocalEndpointsTotal.set({ ip_family, traffic_policy: "internal" }, internal);
+      metrics.noLocalEndpointsTotal.set({ ip_family, traffic_policy: "external" }, external);
+    });
+    for (const count of sync.result.iptablesRules ?? []) {
+      const labels = { ip_family: count.family, table: count.table };
+      metrics.iptablesRulesLast?.set(labels, count.written);
+      if (count.total !== undefined) metrics.iptablesRulesTotal?.set(labels, count.total);
     }
-    metrics.noLocalEndpointsTotal.set(noLocal.internal.size, { traffic_policy: "internal" });
-    metrics.noLocalEndpointsTotal.set(noLocal.external.size, { traffic_policy: "external" });
   }
 
   async #syncServiceHealth(plans: Plan[]): Promise<void> {

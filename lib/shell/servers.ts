@@ -187,9 +187,9 @@ export function startMetricsServer(options: MetricsServerOptions): HttpServer {
     handler: (request) => {
       const { pathname } = new URL(request.url);
       if (pathname === "/metrics") {
-        return new Response(options.registry.expose(), {
-          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
-        });
+        return options.registry.metrics().then((text) =>
+          new Response(text, { headers: { "content-type": options.registry.contentType } })
+        );
       }
       if (options.health && (pathname === "/healthz" || pathname === "/livez")) {
         return handleHealthRequest(request, { health: options.health, metrics: options.metrics });

@@ -12,6 +12,9 @@ import { FakeApiServer, writeKubeconfig } from "../testbed/fake_apiserver.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
 import { type ClusterSize, endpointIP, fillCluster, kproxyArgs, sliceObject } from "./cluster.ts";
 import { median, TimingExecutor, waitFor, withNamespace } from "./harness.ts";
+import { histogramTotals } from "../../lib/shell/metrics.ts";
+
+const IPV4 = { ip_family: "IPv4" };
 
 /** Proxy modes the latency benches drive. */
 export type BenchMode = "nftables" | "iptables";
@@ -114,19 +117,20 @@ export async function benchChange(options: {
     const metric: number[] = [];
     const apply: number[] = [];
     const sync: number[] = [];
-    const npd = app.metrics.networkProgrammingDuration;
-    const syncs = app.metrics.syncProxyRulesDuration;
+    // Each sync observes every family's series: count the IPv4 ones, where the changes are.
+    const npd = () => histogramTotals(app.metrics.networkProgrammingDuration, IPV4);
+    const syncs = () => histogramTotals(app.metrics.syncProxyRulesDuration, IPV4);
     // Let the process settle after the initial sync (GC of the first plan).
     await new Promise((resolve) => setTimeout(resolve, 500));
     for (let k = 0; k < samples; k++) {
       const index = Math.min(size.services - 1, Math.floor((k * size.services) / samples));
       const generation = k + 1;
       const ip = endpointIP(index, 0, size.endpointsPerService, generation);
-      const before = { npd: npd.get(), syncs: syncs.get() };
+      const before = { npd: await npd(), syncs: await syncs() };
       const t0 = performance.now();
       server.upsert("endpointslices", sliceObject(index, size.endpointsPerService, generation));
       await waitFor(
-        () => syncs.get().count > before.syncs.count && appliedHas(app, index, ip),
+        async () => (await syncs()).count > before.syncs.count && appliedHas(app, index, ip),
         `change ${k} to reach the kernel`,
         { timeoutMs: 60_000, intervalMs: 1 },
       );
@@ -134,7 +138,7 @@ export async function benchChange(options: {
       if (!command) throw new Error("Cannot find the rule-loading command of the change");
       wall.push(command.endedAt - t0);
       apply.push(command.endedAt - command.startedAt);
-      const after = { npd: npd.get(), syncs: syncs.get() };
+      const after = { npd: await npd(), syncs: await syncs() };
       if (after.npd.count > before.npd.count) {
         metric.push(
           ((after.npd.sum - before.npd.sum) / (after.npd.count - before.npd.count)) * 1000,
@@ -215,9 +219,11 @@ export async function benchStorm(options: {
   const windowMs = options.windowMs ?? 10_000;
   return await withKproxy(mode, size, async ({ server, app, executor, namespace }) => {
     await new Promise((resolve) => setTimeout(resolve, 500));
-    const syncs = app.metrics.syncProxyRulesDuration;
-    const fulls = app.metrics.syncFullProxyRulesDuration;
-    const before = { syncs: syncs.get().count, fulls: fulls.get().count };
+    const syncs = async () =>
+      (await histogramTotals(app.metrics.syncProxyRulesDuration, IPV4)).count;
+    const fulls = async () =>
+      (await histogramTotals(app.metrics.syncFullProxyRulesDuration, IPV4)).count;
+    const before = { syncs: await syncs(), fulls: await fulls() };
     const commandsBefore = executor.commands.length;
     const batches = 100;
     const perBatch = Math.ceil(changes / batches);
@@ -254,8 +260,8 @@ export async function benchStorm(options: {
       endpointsPerService: size.endpointsPerService,
       changes,
       sendMs,
-      syncs: syncs.get().count - before.syncs,
-      fullSyncs: fulls.get().count - before.fulls,
+      syncs: (await syncs()) - before.syncs,
+      fullSyncs: (await fulls()) - before.fulls,
       totalMs,
       maxSyncMs,
       missing,

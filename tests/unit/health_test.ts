@@ -5,7 +5,7 @@ import {
   ServiceHealthServers,
   startHealthServer,
 } from "../../lib/shell/servers.ts";
-import { ProxyMetrics } from "../../lib/shell/metrics.ts";
+import { ProxyMetrics, valueOf } from "../../lib/shell/metrics.ts";
 
 const SYNC_PERIOD_MS = 30_000;
 const T0 = Date.UTC(2026, 0, 1);
@@ -136,8 +136,8 @@ Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is
   const livez = handleHealthRequest(new Request("http://x/livez"), { health, metrics });
   assert.equal(livez.status, 200);
   await livez.body?.cancel();
-  assert.equal(metrics.proxyHealthzTotal.get({ code: "503" }), 1);
-  assert.equal(metrics.proxyLivezTotal.get({ code: "200" }), 1);
+  assert.equal(await valueOf(metrics.proxyHealthzTotal, { code: "503" }), 1);
+  assert.equal(await valueOf(metrics.proxyLivezTotal, { code: "200" }), 1);
   const missing = handleHealthRequest(new Request("http://x/other"), { health });
   assert.equal(missing.status, 404);
   await missing.body?.cancel();
@@ -252,9 +252,9 @@ Deno.test("startHealthServer() serves /healthz 200, then 503 after 2 × syncPeri
       assert.equal(response.status, 503, path);
       await response.body?.cancel();
     }
-    assert.equal(metrics.proxyHealthzTotal.get({ code: "200" }), 1);
-    assert.equal(metrics.proxyHealthzTotal.get({ code: "503" }), 1);
-    assert.equal(metrics.proxyLivezTotal.get({ code: "503" }), 1);
+    assert.equal(await valueOf(metrics.proxyHealthzTotal, { code: "200" }), 1);
+    assert.equal(await valueOf(metrics.proxyHealthzTotal, { code: "503" }), 1);
+    assert.equal(await valueOf(metrics.proxyLivezTotal, { code: "503" }), 1);
   } finally {
     await server.shutdown();
   }

@@ -1,44 +1,57 @@
 import assert from "node:assert/strict";
 import { ProxyHealth } from "../../lib/shell/health.ts";
 import {
-  exponentialBuckets,
+  Counter,
+  Gauge,
+  Histogram,
+  histogramTotals,
   NETWORK_PROGRAMMING_BUCKETS,
   ProxyMetrics,
   Registry,
   SYNC_DURATION_BUCKETS,
+  valueOf,
 } from "../../lib/shell/metrics.ts";
+import {
+  parseMaxOpenFiles,
+  type ProcessStats,
+  registerProcessMetrics,
+} from "../../lib/shell/process_metrics.ts";
 import { startMetricsServer } from "../../lib/shell/servers.ts";
 
-Deno.test("Registry.expose() writes counters and gauges with HELP, TYPE and escaped labels", () => {
+Deno.test("Registry.metrics() writes prom-client's exposition with HELP, TYPE and escaped labels", async () => {
   const registry = new Registry();
-  const counter = registry.counter({ name: "b_total", help: "Things\nseen", labelNames: ["kind"] });
-  const gauge = registry.gauge({ name: "a_value", help: "A value" });
+  const registers = [registry];
+  const counter = new Counter({
+    name: "b_total",
+    help: "Things\nseen",
+    labelNames: ["kind"],
+    registers,
+  });
+  new Gauge({ name: "a_value", help: "A value", registers }).set(1.5);
   counter.inc({ kind: 'say "hi"\\' });
   counter.inc({ kind: "plain" }, 2);
-  gauge.set(1.5);
-  assert.equal(
-    registry.expose(),
-    [
-      "# HELP a_value A value",
-      "# TYPE a_value gauge",
-      "a_value 1.5",
-      "# HELP b_total Things\\nseen",
-      "# TYPE b_total counter",
-      'b_total{kind="plain"} 2',
-      'b_total{kind="say \\"hi\\"\\\\"} 1',
-      "",
-    ].join("\n"),
-  );
+  const text = await registry.metrics();
+  assert.match(text, /^# HELP b_total Things\\nseen$/m);
+  assert.match(text, /^# TYPE b_total counter$/m);
+  assert.match(text, /^b_total\{kind="plain"\} 2$/m);
+  assert.match(text, /^b_total\{kind="say \\"hi\\"\\\\"\} 1$/m);
+  assert.match(text, /^# TYPE a_value gauge\na_value 1.5$/m);
+  assert.equal(registry.contentType, "text/plain; version=0.0.4; charset=utf-8");
 });
 
-Deno.test("Histogram.observe() fills cumulative buckets, sum and count", () => {
+Deno.test("Histogram.observe() fills cumulative buckets, sum and count", async () => {
   const registry = new Registry();
-  const histogram = registry.histogram({ name: "h_seconds", help: "H", buckets: [0.1, 1] });
+  const histogram = new Histogram({
+    name: "h_seconds",
+    help: "H",
+    buckets: [0.1, 1],
+    registers: [registry],
+  });
   histogram.observe(0.05);
   histogram.observe(0.5);
   histogram.observe(3);
   assert.equal(
-    registry.expose(),
+    await registry.metrics(),
     [
       "# HELP h_seconds H",
       "# TYPE h_seconds histogram",
@@ -50,81 +63,147 @@ Deno.test("Histogram.observe() fills cumulative buckets, sum and count", () => {
       "",
     ].join("\n"),
   );
-  assert.deepEqual(histogram.get(), { count: 3, sum: 3.55 });
+  assert.deepEqual(await histogramTotals(histogram), { count: 3, sum: 3.55 });
 });
 
-Deno.test("Registry rejects bad names, duplicate metrics and wrong labels", () => {
+Deno.test("the registry rejects bad names, duplicate metrics and wrong labels", () => {
   const registry = new Registry();
-  assert.throws(() => registry.counter({ name: "bad-name", help: "" }), TypeError);
-  registry.counter({ name: "x_total", help: "", labelNames: ["mode"] });
-  assert.throws(() => registry.gauge({ name: "x_total", help: "" }), /already registered/);
-  const c = registry.counter({ name: "y_total", help: "", labelNames: ["mode"] });
-  assert.throws(() => c.inc({}), /missing label "mode"/);
-  assert.throws(() => c.inc({ mode: "a", other: "b" }), /labels must be exactly/);
-  assert.throws(() => c.inc({ mode: "a" }, -1), RangeError);
+  const registers = [registry];
   assert.throws(
-    () => registry.histogram({ name: "z", help: "", buckets: [1, 1] }),
-    /buckets must increase/,
+    () => new Counter({ name: "bad-name", help: "x", registers }),
+    /Invalid metric name/,
   );
+  new Counter({ name: "x_total", help: "x", labelNames: ["mode"], registers });
+  assert.throws(
+    () => new Gauge({ name: "x_total", help: "x", registers }),
+    /already been registered/,
+  );
+  const c = new Counter({ name: "y_total", help: "x", labelNames: ["mode"], registers });
+  assert.throws(() => c.inc({ other: "b" } as never), /Added label "other" is not included/);
+  assert.throws(() => c.inc({ mode: "a" }, -1), /It is not possible to decrease a counter/);
 });
 
-Deno.test("exponentialBuckets() matches upstream's sync duration buckets", () => {
-  assert.deepEqual(exponentialBuckets(1, 2, 4), [1, 2, 4, 8]);
+Deno.test("the buckets are upstream's", () => {
   assert.equal(SYNC_DURATION_BUCKETS.length, 15);
   assert.equal(SYNC_DURATION_BUCKETS[0], 0.001);
   assert.equal(SYNC_DURATION_BUCKETS[14], 0.001 * 2 ** 14);
+  assert.equal(NETWORK_PROGRAMMING_BUCKETS.length, 2 + 59 + 12 + 7);
   assert.equal(NETWORK_PROGRAMMING_BUCKETS[0], 0.25);
+  assert.equal(NETWORK_PROGRAMMING_BUCKETS[2], 1);
   assert.equal(NETWORK_PROGRAMMING_BUCKETS.at(-1), 300);
 });
 
-Deno.test("ProxyMetrics registers kube-proxy's metric names", () => {
-  const metrics = new ProxyMetrics();
-  const text = metrics.registry.expose();
-  const names = [
-    "kubeproxy_sync_proxy_rules_duration_seconds",
-    "kubeproxy_sync_full_proxy_rules_duration_seconds",
-    "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-    "kubeproxy_network_programming_duration_seconds",
-    "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-    "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-    "kubeproxy_sync_proxy_rules_service_changes_pending",
-    "kubeproxy_sync_proxy_rules_service_changes_total",
-    "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-    "kubeproxy_proxy_healthz_total",
-    "kubeproxy_proxy_livez_total",
-    "kproxy_sync_failures_total",
-    "kproxy_drift_repairs_total",
-    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-    "kubeproxy_conntrack_reconciler_deleted_entries_total",
-  ];
-  for (const name of names) assert.match(text, new RegExp(`^# TYPE ${name} `, "m"), name);
+Deno.test("ProxyMetrics registers per-family series at zero, and each mode's own metrics", async () => {
+  const text = await new ProxyMetrics({ mode: "nftables" }).registry.metrics();
+  assert.match(text, /^kubeproxy_sync_proxy_rules_duration_seconds_count\{ip_family="IPv4"\} 0$/m);
+  assert.match(text, /^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="IPv6"\} 0$/m);
   assert.match(
     text,
-    /^kubeproxy_sync_proxy_rules_no_local_endpoints_total\{traffic_policy="internal"\} 0$/m,
+    /^kubeproxy_sync_proxy_rules_no_local_endpoints_total\{ip_family="IPv4",traffic_policy="internal"\} 0$/m,
+  );
+  assert.match(
+    text,
+    /^kubeproxy_sync_proxy_rules_nftables_sync_failures_total\{ip_family="IPv6"\} 0$/m,
+  );
+  assert.match(text, /^kproxy_sync_failures_total\{mode="nftables"\} 0$/m);
+  assert.doesNotMatch(text, /kubeproxy_sync_proxy_rules_iptables/);
+
+  const iptables = await new ProxyMetrics({ mode: "iptables" }).registry.metrics();
+  assert.match(
+    iptables,
+    /^kubeproxy_sync_proxy_rules_iptables_total\{ip_family="IPv4",table="nat"\} 0$/m,
+  );
+  assert.match(iptables, /^# TYPE kubeproxy_sync_proxy_rules_iptables_last gauge$/m);
+  assert.match(
+    iptables,
+    /^# TYPE kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total counter$/m,
+  );
+  assert.doesNotMatch(iptables, /nftables/);
+
+  const ipvs = await new ProxyMetrics({ mode: "ipvs" }).registry.metrics();
+  assert.match(
+    ipvs,
+    /^# TYPE kubeproxy_sync_proxy_rules_iptables_restore_failures_total counter$/m,
+  );
+  assert.doesNotMatch(ipvs, /iptables_total|partial_restore|nftables/);
+});
+
+Deno.test("ProxyMetrics has upstream's conntrack reconciler metrics, labelled ip_family", async () => {
+  const metrics = new ProxyMetrics();
+  metrics.conntrackReconcilerSyncDuration.observe({ ip_family: "IPv4" }, 0.003);
+  metrics.conntrackReconcilerDeletedEntriesTotal.inc({ ip_family: "IPv6" }, 2);
+  const text = await metrics.registry.metrics();
+  assert.match(text, /^# TYPE kubeproxy_conntrack_reconciler_sync_duration_seconds histogram$/m);
+  assert.match(
+    text,
+    /^kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket\{le="0.004",ip_family="IPv4"\} 1$/m,
+  );
+  assert.match(text, /^# TYPE kubeproxy_conntrack_reconciler_deleted_entries_total counter$/m);
+  assert.equal(
+    await valueOf(metrics.conntrackReconcilerDeletedEntriesTotal, { ip_family: "IPv6" }),
+    2,
   );
 });
 
-Deno.test("ProxyMetrics has upstream's conntrack reconciler metrics, labelled ip_family", () => {
-  const metrics = new ProxyMetrics();
-  metrics.conntrackReconcilerSyncDuration.observe(0.003, { ip_family: "IPv4" });
-  metrics.conntrackReconcilerDeletedEntriesTotal.inc({ ip_family: "IPv6" }, 2);
-  const text = metrics.registry.expose();
-  assert.match(
-    text,
-    /^# TYPE kubeproxy_conntrack_reconciler_sync_duration_seconds histogram$/m,
+Deno.test("parseMaxOpenFiles() reads the soft limit of /proc/self/limits", () => {
+  const limits = [
+    "Limit                     Soft Limit           Hard Limit           Units     ",
+    "Max processes             95385                95385                processes ",
+    "Max open files            1024                 524288               files     ",
+  ].join("\n");
+  assert.equal(parseMaxOpenFiles(limits), 1024);
+  assert.equal(parseMaxOpenFiles("Max open files  unlimited  unlimited  files"), Infinity);
+  assert.equal(parseMaxOpenFiles("Max processes 1 1 processes"), undefined);
+});
+
+Deno.test("registerProcessMetrics() serves kube-proxy's process_* families, read at scrape time", async () => {
+  let rss = 1000;
+  const stats: ProcessStats = {
+    cpuSeconds: () => 1.5,
+    residentMemoryBytes: () => rss,
+    startTimeSeconds: () => 1700000000.25,
+    openFds: () => 12,
+    maxFds: () => 1024,
+  };
+  const registry = new Registry();
+  registerProcessMetrics(registry, stats);
+  let text = await registry.metrics();
+  assert.match(text, /^# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5$/m);
+  assert.match(text, /^process_resident_memory_bytes 1000$/m);
+  assert.match(text, /^process_start_time_seconds 1700000000.25$/m);
+  assert.match(text, /^process_open_fds 12$/m);
+  assert.match(text, /^process_max_fds 1024$/m);
+  rss = 2000;
+  text = await registry.metrics();
+  assert.match(text, /^process_resident_memory_bytes 2000$/m);
+  assert.match(text, /^process_cpu_seconds_total 1.5$/m);
+
+  const denied = new Registry();
+  registerProcessMetrics(denied, { ...stats, openFds: () => undefined, maxFds: () => undefined });
+  text = await denied.metrics();
+  assert.doesNotMatch(text, /_fds/, "no family without a sample where /proc is refused");
+  assert.match(text, /^process_resident_memory_bytes 2000$/m);
+});
+
+Deno.test("registerProcessMetrics() reads this Deno process by default", async () => {
+  const registry = new Registry();
+  registerProcessMetrics(registry);
+  const text = await registry.metrics();
+  const value = (name: string) => Number(text.match(new RegExp(`^${name} (\\S+)$`, "m"))?.[1]);
+  assert.ok(value("process_cpu_seconds_total") > 0);
+  assert.ok(value("process_resident_memory_bytes") > 10 * 2 ** 20);
+  assert.ok(
+    Math.abs(value("process_start_time_seconds") - (Date.now() - performance.now()) / 1000) < 5,
   );
-  assert.match(
-    text,
-    /^kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket\{ip_family="IPv4",le="0.004"\} 1$/m,
-  );
-  assert.deepEqual(metrics.conntrackReconcilerSyncDuration.buckets, SYNC_DURATION_BUCKETS);
-  assert.match(text, /^# TYPE kubeproxy_conntrack_reconciler_deleted_entries_total counter$/m);
-  assert.match(
-    text,
-    /^kubeproxy_conntrack_reconciler_deleted_entries_total\{ip_family="IPv6"\} 2$/m,
-  );
+  // Deno refuses /proc without every permission: `--ignore-env` (deno task test) is enough.
+  const procReadable = await Deno.readDir("/proc/self/fd")[Symbol.asyncIterator]().next()
+    .then(() => true, () => false);
+  if (procReadable) {
+    assert.ok(value("process_open_fds") > 2);
+    assert.ok(value("process_max_fds") >= value("process_open_fds"));
+  } else {
+    assert.doesNotMatch(text, /_fds/);
+  }
 });
 
 Deno.test("startMetricsServer() serves /metrics, /healthz and /livez", async () => {
@@ -152,7 +231,7 @@ Deno.test("startMetricsServer() serves /metrics, /healthz and /livez", async () 
     response = await fetch(`${url}/nope`);
     assert.equal(response.status, 404);
     await response.body?.cancel();
-    assert.match(metrics.registry.expose(), /^kubeproxy_proxy_healthz_total\{code="200"\} 1$/m);
+    assert.equal(await valueOf(metrics.proxyHealthzTotal, { code: "200" }), 1);
   } finally {
     await server.shutdown();
   }

@@ -3,7 +3,7 @@ import FakeTimers from "@sinonjs/fake-timers";
 import { modelService } from "../support/model_fixtures.ts";
 import { RecordingBackend } from "../support/recording_backend.ts";
 import { handleHealthRequest, ProxyHealth } from "../../lib/shell/health.ts";
-import { ProxyMetrics } from "../../lib/shell/metrics.ts";
+import { histogramTotals, ProxyMetrics, valueOf } from "../../lib/shell/metrics.ts";
 import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/model.ts";
 import type { PlannerOptions } from "../../lib/core/planner.ts";
 import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
@@ -11,6 +11,9 @@ import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
 import type { ServiceHealthInfo } from "../../lib/shell/servers.ts";
+
+const IPV4 = { ip_family: "IPv4" };
+const IPV6 = { ip_family: "IPv6" };
 
 const NODE = "node-a";
 
@@ -120,11 +123,12 @@ function setup(
   options: { backend?: RecordingBackend; syncPeriodMs?: number; fullSyncPeriodMs?: number } = {},
 ): Harness {
   const clock = { t: 1_000_000, now: () => clock.t, wallNow: () => clock.t };
+  const backend = options.backend ?? new RecordingBackend({ mode: "nftables" });
   const h = {
     tracker: new FakeTracker(),
-    backend: options.backend ?? new RecordingBackend({ mode: "nftables" }),
+    backend,
     health: new ProxyHealth({ healthTimeoutMs: 60_000, clock }),
-    metrics: new ProxyMetrics(),
+    metrics: new ProxyMetrics({ mode: backend.mode }),
     clock,
     pokes: 0,
     serviceHealth: [] as ReadonlyMap<number, ServiceHealthInfo>[],
@@ -166,7 +170,7 @@ Deno.test("Proxier turns unhealthy when the initial sync never happens", () => {
   assert.equal(h.health.status().healthy, false);
 });
 
-Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes the runner once synced", () => {
+Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes the runner once synced", async () => {
   const h = setup();
   h.proxier.onEvent({ type: "upsert", kind: "EndpointSlice", object: {} });
   h.proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
@@ -176,9 +180,10 @@ Deno.test("Proxier.onEvent() applies the event, queues a health update and pokes
   h.proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
   assert.equal(h.pokes, 2);
   assert.equal(h.tracker.events.length, 4);
-  assert.equal(h.metrics.endpointChangesPending.get(), 1);
-  assert.equal(h.metrics.serviceChangesTotal.get(), 2);
-  assert.equal(h.metrics.lastQueuedTimestamp.get(), 1000);
+  assert.equal(await valueOf(h.metrics.endpointChangesPending), 1);
+  assert.equal(await valueOf(h.metrics.serviceChangesTotal), 2);
+  assert.equal(await valueOf(h.metrics.lastQueuedTimestamp, IPV4), 1000);
+  assert.equal(await valueOf(h.metrics.lastQueuedTimestamp, IPV6), 0, "IPv6 is not programmed");
   h.clock.t += 60_000;
   assert.equal(h.health.status().healthy, false);
 });
@@ -199,7 +204,7 @@ Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids
     "default/api:/TCP",
     "default/web:/TCP",
   ]);
-  assert.equal(h.metrics.networkProgrammingDuration.get().sum, 0.25);
+  assert.equal((await histogramTotals(h.metrics.networkProgrammingDuration, IPV4)).sum, 0.25);
 
   h.clock.t += 1000;
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5", "10.244.0.7"]);
@@ -212,9 +217,9 @@ Deno.test("Proxier.sync() syncs fully first, then partially with the changed ids
     h.proxier.lastSynced?.ipv4.services.find((s) => s.name === "web")?.internal.endpoints.length,
     2,
   );
-  assert.equal(h.metrics.syncFullProxyRulesDuration.get().count, 1);
-  assert.equal(h.metrics.syncPartialProxyRulesDuration.get().count, 1);
-  assert.equal(h.metrics.syncProxyRulesLastTimestamp.get(), h.clock.t / 1000);
+  assert.equal((await histogramTotals(h.metrics.syncFullProxyRulesDuration, IPV4)).count, 1);
+  assert.equal((await histogramTotals(h.metrics.syncPartialProxyRulesDuration, IPV4)).count, 1);
+  assert.equal(await valueOf(h.metrics.syncProxyRulesLastTimestamp, IPV4), h.clock.t / 1000);
   assert.equal(h.health.status().lastUpdated, h.clock.t);
 });
 
@@ -243,7 +248,9 @@ Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs ful
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.9"], h.clock.t);
   await assert.rejects(h.proxier.sync(), /nft: syntax error/);
   assert.equal(h.proxier.lastSynced, applied);
-  assert.equal(h.metrics.syncFailuresTotal.get({ mode: "nftables" }), 1);
+  assert.equal(await valueOf(h.metrics.syncFailuresTotal, { mode: "nftables" }), 1);
+  assert.equal(await valueOf(h.metrics.nftablesSyncFailuresTotal!, IPV4), 1);
+  assert.equal(await valueOf(h.metrics.nftablesSyncFailuresTotal!, IPV6), 0);
 
   h.clock.t += 1000;
   await h.proxier.sync();
@@ -254,7 +261,7 @@ Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs ful
     retry.plans[0]?.services[0]?.internal.endpoints.map((e) => e.ip),
     ["10.244.0.9"],
   );
-  assert.equal(h.metrics.networkProgrammingDuration.get().sum, 1);
+  assert.equal((await histogramTotals(h.metrics.networkProgrammingDuration, IPV4)).sum, 1);
 });
 
 Deno.test("Proxier.sync() syncs fully once the full sync period has passed", async () => {
@@ -288,7 +295,7 @@ Deno.test("Proxier.sync() checks drift once per sync period and repairs it with 
   await h.proxier.sync();
   assert.equal(backend.driftChecks, 2);
   assert.deepEqual(backend.requests.map((r) => r.full), [true, true]);
-  assert.equal(h.metrics.driftRepairsTotal.get({ mode: "iptables" }), 1);
+  assert.equal(await valueOf(h.metrics.driftRepairsTotal, { mode: "iptables" }), 1);
 });
 
 Deno.test("Proxier.sync() reports node deletion and serves health check node ports", async () => {
@@ -319,8 +326,14 @@ Deno.test("Proxier.sync() counts Local services without local endpoints", async 
   h.tracker.slices.set("default/local", [slice("local", ["10.244.1.5"], "node-b")]);
   h.proxier.onEvent({ type: "synced" });
   await h.proxier.sync();
-  assert.equal(h.metrics.noLocalEndpointsTotal.get({ traffic_policy: "internal" }), 1);
-  assert.equal(h.metrics.noLocalEndpointsTotal.get({ traffic_policy: "external" }), 0);
+  assert.equal(
+    await valueOf(h.metrics.noLocalEndpointsTotal, { ...IPV4, traffic_policy: "internal" }),
+    1,
+  );
+  assert.equal(
+    await valueOf(h.metrics.noLocalEndpointsTotal, { ...IPV4, traffic_policy: "external" }),
+    0,
+  );
 });
 
 Deno.test("Proxier.sync() runs afterSync with the applied change and survives its failure", async () => {
