@@ -30,8 +30,11 @@ const logger = getLogger(["kproxy", "tracker"]);
 export interface TrackerOptions {
   /** The name of the node kproxy runs on. */
   nodeName: string;
-  /** Monotonic time of changes, for the network programming latency. */
-  clock: Pick<Clock, "now">;
+  /**
+   * Monotonic time of changes, for the network programming latency; with
+   * `wallNow`, EndpointSlice changes start at their last-change-trigger-time.
+   */
+  clock: Pick<Clock, "now"> & Partial<Pick<Clock, "wallNow">>;
 }
 
 /** Structural equality of JSON-like values (plain objects, arrays, primitives). */
@@ -108,6 +111,41 @@ function summarize(warnings: readonly string[]): string {
   return shown.join("; ");
 }
 
+/** The EndpointSlice annotation upstream's network programming latency starts at. */
+export const LAST_CHANGE_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time";
+
+const RFC3339 =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:Z|([+-])(\d{2}):(\d{2}))$/;
+
+/**
+ * Parses a last-change-trigger-time as Go's `time.RFC3339Nano` layout does,
+ * strictly: returns epoch milliseconds, or undefined for anything else.
+ */
+export function parseTriggerTime(value: unknown): number | undefined {
+  if (typeof value !== "string") return undefined;
+  const match = RFC3339.exec(value);
+  if (!match) return undefined;
+  const [year, month, day, hour, minute, second] = match.slice(1, 7).map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  const offsetHours = Number(match[9] ?? 0);
+  const offsetMinutes = Number(match[10] ?? 0);
+  if (month < 1 || month > 12 || hour > 23 || minute > 59 || second > 59) return undefined;
+  if (offsetHours > 23 || offsetMinutes > 59) return undefined;
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  if (date.getUTCDate() !== day) return undefined;
+  date.setUTCHours(hour, minute, second);
+  const fraction = match[7] === undefined ? 0 : Number(`0.${match[7]}`) * 1000;
+  const offset = (match[8] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes) * 60_000;
+  return date.getTime() + fraction - offset;
+}
+
 const EMPTY_STATE: ClusterState = {
   services: new Map(),
   slicesByService: new Map(),
@@ -129,7 +167,9 @@ const EMPTY_STATE: ClusterState = {
  */
 export class Tracker {
   readonly #nodeName: string;
-  readonly #clock: Pick<Clock, "now">;
+  readonly #clock: TrackerOptions["clock"];
+  /** Wall time the tracker started: older trigger times come from before kproxy ran. */
+  readonly #startedAtWall?: number;
   #synced = false;
 
   readonly #services = new CowMap<ServiceKey, Service>();
@@ -156,6 +196,7 @@ export class Tracker {
   constructor(options: TrackerOptions) {
     this.#nodeName = options.nodeName;
     this.#clock = options.clock;
+    this.#startedAtWall = options.clock.wallNow?.();
   }
 
   /** True once the source reported that every kind completed its initial list. */
@@ -291,8 +332,10 @@ export class Tracker {
     return result.ok ? { value: result.value } : undefined;
   }
 
-  #touch(key: ServiceKey): void {
-    if (!this.#pending.has(key)) this.#pending.set(key, this.#clock.now());
+  /** Marks a service changed since `startedAt` (monotonic; default now), keeping the earliest. */
+  #touch(key: ServiceKey, startedAt?: number): void {
+    const at = Math.min(startedAt ?? this.#clock.now(), this.#pending.get(key) ?? Infinity);
+    this.#pending.set(key, at);
     if (
       deepEqual(this.#drained.services.get(key), this.#services.get(key)) &&
       deepEqual(this.#drained.slicesByService.get(key), this.#slicesByService.get(key))
@@ -351,7 +394,33 @@ export class Tracker {
     const others = (this.#slicesByService.get(key) ?? []).filter((s) => s.name !== name);
     const group = [...others, slice].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
     this.#slicesByService.set(key, group);
-    this.#touch(key);
+    this.#touch(key, this.#triggeredAt(object));
+  }
+
+  /**
+   * When the change of an EndpointSlice started, as upstream measures it: its
+   * last-change-trigger-time, when valid and after the tracker started, in
+   * monotonic time and never later than now. Undefined otherwise.
+   */
+  #triggeredAt(object: Record<string, unknown>): number | undefined {
+    const wallNow = this.#clock.wallNow?.();
+    if (wallNow === undefined || this.#startedAtWall === undefined) return undefined;
+    const metadata = object.metadata;
+    if (typeof metadata !== "object" || metadata === null) return undefined;
+    const annotations = (metadata as Record<string, unknown>).annotations;
+    if (typeof annotations !== "object" || annotations === null) return undefined;
+    if (!Object.hasOwn(annotations, LAST_CHANGE_TRIGGER_TIME)) return undefined;
+    const raw = (annotations as Record<string, unknown>)[LAST_CHANGE_TRIGGER_TIME];
+    const triggeredAt = parseTriggerTime(raw);
+    if (triggeredAt === undefined) {
+      logger.debug("Ignoring {annotation}: {value} is not an RFC 3339 time", {
+        annotation: LAST_CHANGE_TRIGGER_TIME,
+        value: String(raw).slice(0, 64),
+      });
+      return undefined;
+    }
+    if (!(triggeredAt > this.#startedAtWall)) return undefined;
+    return this.#clock.now() - Math.max(0, wallNow - triggeredAt);
   }
 
   #removeSlice(sliceKey: string): void {

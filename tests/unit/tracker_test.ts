@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { Tracker } from "../../lib/core/tracker.ts";
+import { parseTriggerTime, Tracker } from "../../lib/core/tracker.ts";
 import type { ObjectKind } from "../../lib/core/source.ts";
 import { withLogRecords } from "../support/logs.ts";
 
@@ -364,4 +364,97 @@ Deno.test("Tracker bounds the refusals of one object to one line", async () => {
     assert.match(reason, /^endpoints\[0\]\.addresses\[0\]: "127\.0\.0\.0" is a loopback/);
     assert.match(reason, /; and 997 more$/);
   });
+});
+
+const TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time";
+
+function triggered(name: string, ips: string[], triggerTime: unknown): Json {
+  const object = slice(name, "web", ips);
+  object.metadata.annotations = { [TRIGGER]: triggerTime };
+  return object;
+}
+
+/** A tracker started at wall time 2026-01-01T00:00:00Z, monotonic 1000, then 60 s later. */
+function clockedTracker() {
+  const clock = { t: 1000, wall: Date.UTC(2026, 0, 1) };
+  const tracker = new Tracker({
+    nodeName: "node-a",
+    clock: { now: () => clock.t, wallNow: () => clock.wall },
+  });
+  clock.t += 60_000;
+  clock.wall += 60_000;
+  return { clock, tracker };
+}
+
+Deno.test("parseTriggerTime() takes RFC 3339 times only, as Go's time.RFC3339Nano", () => {
+  assert.equal(parseTriggerTime("2026-01-01T00:00:59Z"), Date.UTC(2026, 0, 1, 0, 0, 59));
+  assert.equal(
+    parseTriggerTime("2026-01-01T00:00:59.123456789Z"),
+    Date.UTC(2026, 0, 1, 0, 0, 59) + 123.456789,
+  );
+  assert.equal(parseTriggerTime("2026-01-01T02:00:59+02:00"), Date.UTC(2026, 0, 1, 0, 0, 59));
+  assert.equal(parseTriggerTime("2025-12-31T23:30:00.5-00:30"), Date.UTC(2026, 0, 1, 0, 0, 0, 500));
+  for (
+    const bad of [
+      undefined,
+      "",
+      1767225600,
+      "yesterday",
+      "2026-01-01",
+      "2026-01-01 00:00:59Z",
+      "2026-01-01T00:00:59",
+      "2026-01-01T00:00:59z",
+      "2026-13-01T00:00:59Z",
+      "2026-02-30T00:00:59Z",
+      "2026-01-01T24:00:00Z",
+      "2026-01-01T00:60:00Z",
+      "2026-01-01T00:00:60Z",
+      "2026-01-01T00:00:59.Z",
+      "2026-01-01T00:00:59.1234567890Z",
+      "2026-01-01T00:00:59+24:00",
+      " 2026-01-01T00:00:59Z",
+    ]
+  ) {
+    assert.equal(parseTriggerTime(bad), undefined, String(bad));
+  }
+});
+
+Deno.test("Tracker.drain() starts an EndpointSlice change at its last-change-trigger-time", () => {
+  const { clock, tracker } = clockedTracker();
+  // Triggered 3 s before kproxy saw it (wall 00:00:57; seen at 00:01:00, monotonic 61000).
+  tracker.apply(
+    upsert("EndpointSlice", triggered("web-1", ["10.244.1.5"], "2026-01-01T00:00:57Z")),
+  );
+  assert.equal(tracker.drain().oldestChangeAt, clock.t - 3000);
+
+  // The earliest trigger time of the period wins, also over a later-seen change of the service.
+  clock.t += 1000;
+  clock.wall += 1000;
+  tracker.apply(upsert("Service", svc("web")));
+  tracker.apply(
+    upsert("EndpointSlice", triggered("web-1", ["10.244.1.6"], "2026-01-01T00:00:59.5Z")),
+  );
+  assert.equal(tracker.drain().oldestChangeAt, clock.t - 1500);
+});
+
+Deno.test("Tracker.drain() starts at the time seen for a bad, older or future trigger time", () => {
+  const { clock, tracker } = clockedTracker();
+  const seen = clock.t;
+  const cases = [
+    "not a time", // unparseable: ignored
+    "2025-12-31T23:59:59Z", // before the tracker started (a restart's initial list): ignored
+    "2026-01-01T00:05:00Z", // in the future (clock skew): clamped to when kproxy saw it
+  ];
+  cases.forEach((value, i) => {
+    tracker.apply(upsert("EndpointSlice", triggered("web-1", [`10.244.1.${i + 1}`], value)));
+    assert.equal(tracker.drain().oldestChangeAt, seen, value);
+  });
+});
+
+Deno.test("Tracker ignores trigger times without a wall clock", () => {
+  const tracker = newTracker({ t: 5000 });
+  tracker.apply(
+    upsert("EndpointSlice", triggered("web-1", ["10.244.1.5"], "2026-01-01T00:00:57Z")),
+  );
+  assert.equal(tracker.drain().oldestChangeAt, 5000);
 });
