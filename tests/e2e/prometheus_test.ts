@@ -17,13 +17,16 @@ const RULES = join(DEPLOY, "prometheus-rules.yaml");
 const MANIFESTS = new URL("../../scripts/manifests", import.meta.url).pathname;
 
 /**
- * Process metrics the dashboard shows that kproxy does not serve yet (issue 22: /metrics moves to
- * prom-client with kube-proxy's process_* families). Remove each name once kproxy serves it: the
- * check below fails until then, so the dashboard's use of it is checked from that day on.
+ * Metrics the dashboard or the alerts name that kproxy does not serve yet. Remove each name once
+ * kproxy serves it: the check below fails until then, so its use is checked from that day on.
  */
-export const PENDING_METRICS: readonly string[] = [
+export const PENDING_METRICS: readonly string[] = [];
+
+/** The process series kube-proxy exposes that kproxy serves under any permissions. */
+const PROCESS_SERIES = [
   "process_cpu_seconds_total",
   "process_resident_memory_bytes",
+  "process_start_time_seconds",
 ];
 
 /** Series Prometheus makes itself for every target. */
@@ -174,7 +177,8 @@ async function withPrometheus(
 }
 
 Deno.test({
-  name: "a real Prometheus scraping kproxy has every kubeproxy_* series, evaluates every alert " +
+  name:
+    "a real Prometheus scraping kproxy has every kubeproxy_* and process_* series, evaluates every alert " +
     "and dashboard query, and loads the rules healthy",
   ignore: !prometheus,
   sanitizeOps: false,
@@ -184,8 +188,9 @@ Deno.test({
     try {
       await withKproxy(async (app) => {
         const families = await scrape(app);
+        for (const name of PROCESS_SERIES) assert.ok(families.has(name), name);
         const expected = [...families]
-          .filter(([name]) => name.startsWith("kubeproxy_"))
+          .filter(([name]) => /^(kubeproxy|process)_/.test(name))
           .flatMap(([name, type]) => seriesNames(name, type))
           .sort();
         const target = `127.0.0.1:${app.metricsServer!.addr.port}`;
@@ -201,7 +206,7 @@ Deno.test({
           assert.equal(up.data.result[0].value[1], "1", JSON.stringify(up));
 
           const names = await api("query", {
-            query: 'group by (__name__) ({__name__=~"kubeproxy_.+", job="kproxy"})',
+            query: 'group by (__name__) ({__name__=~"(kubeproxy|process)_.+", job="kproxy"})',
           });
           const present = names.data.result.map((r: any) => r.metric.__name__).sort();
           assert.deepEqual(present, expected);
