@@ -187,7 +187,10 @@ Deno.test("main() runs the proxy in-process: syncs, serves health and metrics, s
 
       const metricsPort = app!.metricsServer!.addr.port;
       const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-      assert.match(metrics, /^kubeproxy_sync_full_proxy_rules_duration_seconds_count 1$/m);
+      assert.match(
+        metrics,
+        /^kubeproxy_sync_full_proxy_rules_duration_seconds_count\{ip_family="IPv4"\} 1$/m,
+      );
 
       await Deno.writeTextFile(
         `${dir}/web.yaml`,

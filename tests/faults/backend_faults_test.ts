@@ -57,7 +57,7 @@ async function faultWhileRunning(topology: Topology, scenario: Scenario): Promis
     args: [`--proxy-mode=${scenario.mode}`, "--iptables-sync-period=1s"],
   });
   const failures = `kproxy_sync_failures_total{mode="${scenario.mode}"}`;
-  const fullSyncs = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+  const fullSyncs = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`;
   try {
     await waitFor("the initial sync", () => kproxy.app.proxier.lastSynced !== undefined);
     await assertServedBy(topology, WEB_IP, 80, [a1!, a2!]);
