@@ -139,6 +139,42 @@ Deno.test("createIptablesBackend() partial sync after one endpoint change writes
   assert.doesNotMatch(input, /KUBE-SERVICES|KUBE-NODEPORTS|KUBE-SVC-KKDGWRPDK6Z5NCHS|\*filter/);
 });
 
+Deno.test("createIptablesBackend() reports the rules it wrote per table, and the total after a full sync", async () => {
+  const executor = new FakeExecutor();
+  const backend = nftBackend(executor);
+  const full = await backend.sync({
+    plans: [change.previous],
+    previous: [],
+    changed: new Set(),
+    full: true,
+  });
+  const written = (table: string, input: string) => {
+    const blocks = input.split(/^\*/m).filter((block) => block.startsWith(`${table}\n`));
+    return blocks.join("").split("\n").filter((line) => /^-[AI] /.test(line)).length;
+  };
+  const fullInput = restores(executor.calls).map((call) => call.stdin ?? "").join("");
+  const nat = written("nat", fullInput);
+  const filter = written("filter", fullInput);
+  assert.ok(nat > 0 && filter > 0);
+  assert.deepEqual(full.iptablesRules, [
+    { family: "IPv4", table: "filter", written: filter, total: filter },
+    { family: "IPv4", table: "nat", written: nat, total: nat },
+  ]);
+
+  executor.calls.length = 0;
+  const partial = await backend.sync({
+    plans: [change.next],
+    previous: [change.previous],
+    changed: change.changed,
+    full: false,
+  });
+  const partialInput = executor.calls[0]?.stdin ?? "";
+  assert.deepEqual(partial.iptablesRules, [
+    { family: "IPv4", table: "filter", written: 0 },
+    { family: "IPv4", table: "nat", written: written("nat", partialInput) },
+  ]);
+});
+
 Deno.test("createIptablesBackend() skips the restore when a partial sync changes nothing", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor);

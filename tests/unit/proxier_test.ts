@@ -10,6 +10,7 @@ import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/sh
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
+import type { SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { ServiceHealthInfo } from "../../lib/shell/servers.ts";
 
 const IPV4 = { ip_family: "IPv4" };
@@ -461,4 +462,43 @@ Deno.test("Proxier, runner and health keep their schedule when the wall clock st
     await looping;
     clock.uninstall();
   }
+});
+
+Deno.test("Proxier counts iptables restore failures, partial ones apart, and sets the rule gauges", async () => {
+  let fail = false;
+  const backend = new class extends RecordingBackend {
+    override async sync(request: SyncRequest): Promise<SyncResult> {
+      const result = await super.sync(request);
+      return {
+        ...result,
+        iptablesRules: [
+          { family: "IPv4", table: "nat", written: 7, ...(request.full ? { total: 40 } : {}) },
+        ],
+      };
+    }
+  }({
+    mode: "iptables",
+    failWith: () => fail ? new Error("iptables-restore: line 3 failed") : undefined,
+  });
+  const h = setup({ backend, fullSyncPeriodMs: 3_600_000 });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  const nat = { ...IPV4, table: "nat" };
+  assert.equal(await valueOf(h.metrics.iptablesRulesTotal!, nat), 40);
+  assert.equal(await valueOf(h.metrics.iptablesRulesLast!, nat), 7);
+
+  fail = true;
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.6"]);
+  await assert.rejects(h.proxier.sync(), /iptables-restore/);
+  assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 1);
+  assert.equal(await valueOf(h.metrics.iptablesPartialRestoreFailuresTotal!, IPV4), 1);
+  await assert.rejects(h.proxier.sync(), /iptables-restore/);
+  assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 2);
+  assert.equal(
+    await valueOf(h.metrics.iptablesPartialRestoreFailuresTotal!, IPV4),
+    1,
+    "the retry is a full restore",
+  );
+  assert.equal(h.metrics.nftablesSyncFailuresTotal, undefined);
 });
