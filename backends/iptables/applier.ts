@@ -92,9 +92,37 @@ export function createIptablesBackend(options: IptablesBackendOptions): Backend 
 /** What one family's sync applied. */
 interface Applied {
   rules: number;
-  scripts: number;
-  /** Rules written per table kube-proxy's metrics count. */
-  byTable: Record<"filter" | "nat", number>;
+  /** The restore inputs run, each a list of scripts. */
+  inputs: IptablesRestoreScript[][];
+}
+
+/** The tables kube-proxy's rule count metrics cover. */
+const COUNTED_TABLES = ["filter", "nat"] as const;
+
+/**
+ * Brings `counts` (rules per `table chain` kproxy owns) up to date with
+ * scripts just applied, in order: a declared chain is flushed, appended
+ * rules add, a deleted chain goes. Returns the rules each script appended
+ * per table.
+ */
+export function countChainRules(
+  counts: Map<string, number>,
+  scripts: readonly IptablesRestoreScript[],
+): Record<(typeof COUNTED_TABLES)[number], number> {
+  const written = { filter: 0, nat: 0 };
+  for (const script of scripts) {
+    for (const table of COUNTED_TABLES) {
+      for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
+      const appended = script.appendedChains(table);
+      for (const chain of appended) {
+        const key = `${table} ${chain}`;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+      }
+      written[table] += appended.length;
+      for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
+    }
+  }
+  return written;
 }
 
 class IptablesBackend implements Backend {
@@ -109,6 +137,8 @@ class IptablesBackend implements Backend {
   readonly #applied = new Map<IpFamily, Plan>();
   /** Per family, upstream names of the per-service chains living under their alternate name. */
   readonly #alternates = new Map<IpFamily, ReadonlySet<string>>();
+  /** Per family, the rules in each chain kproxy owns (`table chain`), for the rule gauges. */
+  readonly #chainRules = new Map<IpFamily, Map<string, number>>();
   #routeLocalnetSet = false;
   /** Whether the other variant still has to be rid of this mode's chains (kube-proxy's or kproxy's). */
   #otherVariantPending = true;
@@ -135,6 +165,8 @@ class IptablesBackend implements Backend {
       const programs = iptablesPrograms(variant, plan.family);
       const previous = this.#applied.get(plan.family);
       this.#applied.delete(plan.family);
+      const counted = this.#chainRules.get(plan.family);
+      this.#chainRules.delete(plan.family);
       // Entering or leaving large cluster mode changes the rules of every service.
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
@@ -145,17 +177,19 @@ class IptablesBackend implements Backend {
       this.#applied.set(plan.family, plan);
       full ||= partial === undefined;
       const kind = partial === undefined ? "full" : "partial";
-      for (const table of ["filter", "nat"] as const) {
-        const written = applied.byTable[table];
-        iptablesRules.push({
-          family: plan.family,
-          table,
-          written,
-          ...(partial === undefined ? { total: written } : {}),
-        });
+      // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
+      const counts = partial === undefined ? new Map<string, number>() : counted;
+      if (counts !== undefined) {
+        const written = countChainRules(counts, applied.inputs.flat());
+        this.#chainRules.set(plan.family, counts);
+        for (const table of COUNTED_TABLES) {
+          let total = 0;
+          for (const [key, rules] of counts) if (key.startsWith(`${table} `)) total += rules;
+          iptablesRules.push({ family: plan.family, table, written: written[table], total });
+        }
       }
       parts.push(
-        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.scripts} scripts (${kind})`,
+        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.inputs.length} scripts (${kind})`,
       );
     }
     if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
@@ -229,6 +263,7 @@ class IptablesBackend implements Backend {
 
   async cleanup(options: CleanupOptions = {}): Promise<void> {
     this.#applied.clear();
+    this.#chainRules.clear();
     this.#alternates.clear();
     await removeChains(this.#executor, {
       owns: isIptablesModeChain,
@@ -284,15 +319,8 @@ class IptablesBackend implements Backend {
       ) => [script]),
     ].filter((blocks) => blocks.length > 0);
     for (const blocks of inputs) await this.#restore(programs, blocks);
-    const written = [...sync.staging, ...sync.commit];
-    const rules = written.reduce((sum, s) => sum + s.ruleCount, 0);
-    const count = (table: "filter" | "nat") =>
-      written.reduce((sum, s) => sum + s.rulesIn(table), 0);
-    return {
-      rules,
-      scripts: inputs.length,
-      byTable: { filter: count("filter"), nat: count("nat") },
-    };
+    const rules = [...sync.staging, ...sync.commit].reduce((sum, s) => sum + s.ruleCount, 0);
+    return { rules, inputs };
   }
 
   /**

@@ -47,9 +47,10 @@ export class IptablesRestoreScript {
     return this.#ruleCount;
   }
 
-  /** Rules appended or inserted in one table (deletions not counted). */
-  rulesIn(table: IptablesTable): number {
-    return (this.#tables.get(table)?.rules ?? []).filter((rule) => !rule.startsWith("-D ")).length;
+  /** The chain of each rule appended to a table, in order (one entry per `-A` rule). */
+  appendedChains(table: IptablesTable): string[] {
+    const rules = this.#tables.get(table)?.rules ?? [];
+    return rules.filter((rule) => rule.startsWith("-A ")).map((rule) => rule.split(" ")[1]!);
   }
 
   /** True when the script would change nothing. */

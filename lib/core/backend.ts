@@ -39,8 +39,8 @@ export interface IptablesRuleCount {
   table: "filter" | "nat";
   /** Rules written by this sync. */
   written: number;
-  /** Rules kproxy owns in the table; known after full syncs only. */
-  total?: number;
+  /** Rules in the table's chains kproxy owns, after this sync. */
+  total: number;
 }
 
 /**

@@ -402,7 +402,7 @@ export class Proxier {
     for (const count of sync.result.iptablesRules ?? []) {
       const labels = { ip_family: count.family, table: count.table };
       metrics.iptablesRulesLast?.set(labels, count.written);
-      if (count.total !== undefined) metrics.iptablesRulesTotal?.set(labels, count.total);
+      metrics.iptablesRulesTotal?.set(labels, count.total);
     }
   }
 
