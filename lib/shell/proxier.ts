@@ -9,6 +9,7 @@
 import { getLogger } from "@logtape/logtape";
 import type { Backend, SyncResult } from "../core/backend.ts";
 import { systemClock } from "./clock.ts";
+import { CommandError } from "./exec.ts";
 import type { Clock } from "../core/clock.ts";
 import type { ServiceHealthInfo } from "./servers.ts";
 import type { ProxyHealth } from "./health.ts";
@@ -21,6 +22,13 @@ import type { SourceEvent } from "../core/source.ts";
 import type { StateChange } from "../core/state.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
+
+/** The family an `iptables-restore` program (any variant) writes, undefined for other programs. */
+function restoreFamily(program: string): IpFamily | undefined {
+  const match = /^ip(6?)tables(?:-nft|-legacy)?-restore$/.exec(program);
+  if (!match) return undefined;
+  return match[1] === "6" ? "IPv6" : "IPv4";
+}
 
 /** The `ip_family` label of each family of {@linkcode NodePlans}. */
 const FAMILY_LABELS: Readonly<Record<keyof NodePlans, IpFamily>> = { ipv4: "IPv4", ipv6: "IPv6" };
@@ -230,7 +238,7 @@ export class Proxier {
     } catch (error) {
       this.#needFull = true;
       this.#pendingChangeAt = oldestChangeAt;
-      this.#recordBackendFailure(full);
+      this.#recordBackendFailure(error, full);
       this.#history?.record({
         at: startedAtWall,
         full,
@@ -340,15 +348,22 @@ export class Proxier {
     return drifted;
   }
 
-  /** Counts a failed backend sync: kproxy's counter and the mode's kube-proxy counters. */
-  #recordBackendFailure(full: boolean): void {
+  /**
+   * Counts a failed backend sync in kproxy's counter and, as kube-proxy does,
+   * in the mode's: a failed `nft` run, a failed `iptables-restore` run of a
+   * family, any failure of a partial iptables sync.
+   */
+  #recordBackendFailure(error: unknown, full: boolean): void {
     const metrics = this.#metrics;
     metrics.syncFailuresTotal.inc({ mode: this.#backend.mode });
+    const program = error instanceof CommandError ? error.command.program : undefined;
     for (const family of this.#families) {
-      const labels = { ip_family: FAMILY_LABELS[family] };
-      metrics.nftablesSyncFailuresTotal?.inc(labels);
-      metrics.iptablesRestoreFailuresTotal?.inc(labels);
-      if (!full) metrics.iptablesPartialRestoreFailuresTotal?.inc(labels);
+      const ip_family = FAMILY_LABELS[family];
+      if (!full) metrics.iptablesPartialRestoreFailuresTotal?.inc({ ip_family });
+      if (program === "nft") metrics.nftablesSyncFailuresTotal?.inc({ ip_family });
+      if (program !== undefined && restoreFamily(program) === ip_family) {
+        metrics.iptablesRestoreFailuresTotal?.inc({ ip_family });
+      }
     }
   }
 

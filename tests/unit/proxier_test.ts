@@ -8,12 +8,22 @@ import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/mo
 import type { PlannerOptions } from "../../lib/core/planner.ts";
 import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
+import { CommandError } from "../../lib/shell/exec.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
 import type { SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { ServiceHealthInfo } from "../../lib/shell/servers.ts";
 
 const IPV4 = { ip_family: "IPv4" };
+
+/** The error `runChecked` throws when `program` exits 1. */
+function commandFailed(program: string, stderr: string): CommandError {
+  return new CommandError(
+    { program, args: [] },
+    { code: 1, stdout: "", stderr },
+    `Cannot run "${program}": exit status 1: ${stderr}`,
+  );
+}
 const IPV6 = { ip_family: "IPv6" };
 
 const NODE = "node-a";
@@ -237,7 +247,7 @@ Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
 Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs fully next", async () => {
   const backend = new RecordingBackend({
     mode: "nftables",
-    failWith: (_request, index) => (index === 1 ? new Error("nft: syntax error") : undefined),
+    failWith: (_request, index) => (index === 1 ? commandFailed("nft", "syntax error") : undefined),
   });
   const h = setup({ backend });
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
@@ -247,7 +257,7 @@ Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs ful
 
   h.clock.t += 1000;
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.9"], h.clock.t);
-  await assert.rejects(h.proxier.sync(), /nft: syntax error/);
+  await assert.rejects(h.proxier.sync(), /"nft": exit status 1: syntax error/);
   assert.equal(h.proxier.lastSynced, applied);
   assert.equal(await valueOf(h.metrics.syncFailuresTotal, { mode: "nftables" }), 1);
   assert.equal(await valueOf(h.metrics.nftablesSyncFailuresTotal!, IPV4), 1);
@@ -465,7 +475,6 @@ Deno.test("Proxier, runner and health keep their schedule when the wall clock st
 });
 
 Deno.test("Proxier counts iptables restore failures, partial ones apart, and sets the rule gauges", async () => {
-  let fail = false;
   const backend = new class extends RecordingBackend {
     override async sync(request: SyncRequest): Promise<SyncResult> {
       const result = await super.sync(request);
@@ -476,10 +485,8 @@ Deno.test("Proxier counts iptables restore failures, partial ones apart, and set
         ],
       };
     }
-  }({
-    mode: "iptables",
-    failWith: () => fail ? new Error("iptables-restore: line 3 failed") : undefined,
-  });
+  }({ mode: "iptables", failWith: () => failure });
+  let failure: Error | undefined;
   const h = setup({ backend, fullSyncPeriodMs: 3_600_000 });
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"]);
   h.proxier.onEvent({ type: "synced" });
@@ -488,17 +495,24 @@ Deno.test("Proxier counts iptables restore failures, partial ones apart, and set
   assert.equal(await valueOf(h.metrics.iptablesRulesTotal!, nat), 40);
   assert.equal(await valueOf(h.metrics.iptablesRulesLast!, nat), 7);
 
-  fail = true;
+  // A partial sync whose restore fails counts both; its retry is a full sync.
+  failure = commandFailed("iptables-nft-restore", "line 3 failed");
   h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.6"]);
-  await assert.rejects(h.proxier.sync(), /iptables-restore/);
+  await assert.rejects(h.proxier.sync(), /line 3 failed/);
   assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 1);
   assert.equal(await valueOf(h.metrics.iptablesPartialRestoreFailuresTotal!, IPV4), 1);
-  await assert.rejects(h.proxier.sync(), /iptables-restore/);
+  await assert.rejects(h.proxier.sync(), /line 3 failed/);
   assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 2);
-  assert.equal(
-    await valueOf(h.metrics.iptablesPartialRestoreFailuresTotal!, IPV4),
-    1,
-    "the retry is a full restore",
-  );
+  assert.equal(await valueOf(h.metrics.iptablesPartialRestoreFailuresTotal!, IPV4), 1);
+
+  // Another program's failure, or an IPv6 restore, is no IPv4 restore failure.
+  for (const other of [commandFailed("iptables-nft-save", "no table"), new Error("bad script")]) {
+    failure = other;
+    await assert.rejects(h.proxier.sync());
+  }
+  failure = commandFailed("ip6tables-legacy-restore", "line 1 failed");
+  await assert.rejects(h.proxier.sync());
+  assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 2);
+  assert.equal(await valueOf(h.metrics.syncFailuresTotal, { mode: "iptables" }), 5);
   assert.equal(h.metrics.nftablesSyncFailuresTotal, undefined);
 });
