@@ -12,13 +12,14 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type {
-  Backend,
-  CleanupOptions,
-  IptablesRuleCount,
-  KernelInspection,
-  SyncRequest,
-  SyncResult,
+import {
+  type Backend,
+  type CleanupOptions,
+  IPTABLES_COUNTED_TABLES,
+  type IptablesRuleCount,
+  type KernelInspection,
+  type SyncRequest,
+  type SyncResult,
 } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { runChecked } from "../../lib/shell/exec.ts";
@@ -96,9 +97,6 @@ interface Applied {
   inputs: IptablesRestoreScript[][];
 }
 
-/** The tables kube-proxy's rule count metrics cover. */
-const COUNTED_TABLES = ["filter", "nat"] as const;
-
 /**
  * Brings `counts` (rules per `table chain` kproxy owns) up to date with
  * scripts just applied, in order: a declared chain is flushed, appended
@@ -108,10 +106,10 @@ const COUNTED_TABLES = ["filter", "nat"] as const;
 export function countChainRules(
   counts: Map<string, number>,
   scripts: readonly IptablesRestoreScript[],
-): Record<(typeof COUNTED_TABLES)[number], number> {
+): Record<(typeof IPTABLES_COUNTED_TABLES)[number], number> {
   const written = { filter: 0, nat: 0 };
   for (const script of scripts) {
-    for (const table of COUNTED_TABLES) {
+    for (const table of IPTABLES_COUNTED_TABLES) {
       for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
       const appended = script.appendedChains(table);
       for (const chain of appended) {
@@ -182,7 +180,7 @@ class IptablesBackend implements Backend {
       if (counts !== undefined) {
         const written = countChainRules(counts, applied.inputs.flat());
         this.#chainRules.set(plan.family, counts);
-        for (const table of COUNTED_TABLES) {
+        for (const table of IPTABLES_COUNTED_TABLES) {
           let total = 0;
           for (const [key, rules] of counts) if (key.startsWith(`${table} `)) total += rules;
           iptablesRules.push({ family: plan.family, table, written: written[table], total });

@@ -33,10 +33,13 @@ export interface SyncResult {
   iptablesRules?: IptablesRuleCount[];
 }
 
+/** The iptables tables kube-proxy counts rules in. */
+export const IPTABLES_COUNTED_TABLES = ["filter", "nat"] as const;
+
 /** Rules of one iptables table of one family (`kubeproxy_sync_proxy_rules_iptables_*`). */
 export interface IptablesRuleCount {
   family: IpFamily;
-  table: "filter" | "nat";
+  table: (typeof IPTABLES_COUNTED_TABLES)[number];
   /** Rules written by this sync. */
   written: number;
   /** Rules in the table's chains kproxy owns, after this sync. */

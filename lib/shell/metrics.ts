@@ -35,6 +35,7 @@ import GaugeModule from "prom-client/lib/gauge.js";
 import HistogramModule from "prom-client/lib/histogram.js";
 import BucketsModule from "prom-client/lib/bucketGenerators.js";
 import type { IpFamily } from "../core/model.ts";
+import { IPTABLES_COUNTED_TABLES } from "../core/backend.ts";
 
 /** prom-client's registry: `metrics()` renders the text exposition format 0.0.4. */
 export const Registry: typeof Prom.Registry = RegistryModule;
@@ -68,9 +69,6 @@ export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
 
 /** The `ip_family` label of kube-proxy's per-family metrics. */
 export type FamilyLabel = "ip_family";
-
-/** The iptables tables kube-proxy counts rules in. */
-export const IPTABLES_METRIC_TABLES = ["filter", "nat"] as const;
 
 /** Options for {@linkcode ProxyMetrics}. */
 export interface ProxyMetricsOptions {
@@ -295,7 +293,7 @@ export class ProxyMetrics {
           registers,
         });
         for (const ip_family of families) {
-          for (const table of IPTABLES_METRIC_TABLES) gauge.set({ ip_family, table }, 0);
+          for (const table of IPTABLES_COUNTED_TABLES) gauge.set({ ip_family, table }, 0);
         }
         return gauge;
       };
