@@ -103,7 +103,7 @@ interface Applied {
  * rules add, a deleted chain goes. Returns the rules each script appended
  * per table.
  */
-export function countChainRules(
+function countChainRules(
   counts: Map<string, number>,
   scripts: readonly IptablesRestoreScript[],
 ): Record<(typeof IPTABLES_COUNTED_TABLES)[number], number> {
