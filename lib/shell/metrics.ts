@@ -132,7 +132,10 @@ export class ProxyMetrics {
   readonly conntrackReconcilerDeletedEntriesTotal: Counter<FamilyLabel>;
   /** nftables mode: failed syncs. */
   readonly nftablesSyncFailuresTotal?: Counter<FamilyLabel>;
-  /** nftables mode: failed removals of stale chains. */
+  /**
+   * nftables mode: failed removals of stale chains. Stays 0: kproxy removes
+   * them in the sync's own transaction, whose failure is a sync failure.
+   */
   readonly nftablesCleanupFailuresTotal?: Counter<FamilyLabel>;
   /** iptables and ipvs modes: failed `iptables-restore` runs. */
   readonly iptablesRestoreFailuresTotal?: Counter<FamilyLabel>;
