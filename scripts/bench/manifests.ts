@@ -2,7 +2,8 @@
  * Manifests loading: `kproxy plan --manifests DIR` (as `deno task plan` runs it)
  * on the bench cluster dumped into one file: as multi-document YAML, and as
  * `kubectl get -o yaml` and `-o json` print it (`kind: List`; YAML sequences
- * not indented, JSON indented by four spaces). Each run
+ * not indented, JSON indented by four spaces). Realistic objects lose their
+ * managedFields, as `kubectl get` hides them by default. Each run
  * is a fresh process, timed from spawn to exit; peak RSS is the child's
  * `ru_maxrss` (python3 `getrusage(RUSAGE_CHILDREN)`). Medians of the runs. With
  * `before`, the same loads run in another checkout (the code before a change)
@@ -12,7 +13,7 @@
  */
 
 import { dump } from "js-yaml";
-import { type ClusterSize, serviceObject, sliceObject } from "./cluster.ts";
+import { type ClusterSize, type ObjectShape, serviceObject, sliceObject } from "./cluster.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -32,6 +33,8 @@ export interface ManifestsRow extends LoadFigures {
   format: DumpFormat;
   services: number;
   endpointsPerService: number;
+  /** Shape of the dumped objects; absent in runs before 2026-11-26 (minimal). */
+  shape?: ObjectShape;
   /** Size of the dump file. */
   bytes: number;
   runs: number;
@@ -39,7 +42,14 @@ export interface ManifestsRow extends LoadFigures {
   before?: LoadFigures & { checkout: string };
 }
 
+/** An object as `kubectl get` prints it: without managedFields. */
+function asKubectlPrints(object: Record<string, any>): Record<string, unknown> {
+  const { managedFields: _, ...metadata } = object.metadata;
+  return { ...object, metadata };
+}
+
 function dumpObjects(size: ClusterSize): Record<string, unknown>[] {
+  const shape = size.shape ?? "realistic";
   const objects: Record<string, unknown>[] = [{
     apiVersion: "v1",
     kind: "Node",
@@ -48,11 +58,15 @@ function dumpObjects(size: ClusterSize): Record<string, unknown>[] {
     status: { addresses: [{ type: "InternalIP", address: "10.201.0.1" }] },
   }];
   for (let i = 0; i < size.services; i++) {
-    objects.push({ apiVersion: "v1", kind: "Service", ...serviceObject(i) });
+    objects.push({
+      apiVersion: "v1",
+      kind: "Service",
+      ...asKubectlPrints(serviceObject(i, shape)),
+    });
     objects.push({
       apiVersion: "discovery.k8s.io/v1",
       kind: "EndpointSlice",
-      ...sliceObject(i, size.endpointsPerService),
+      ...asKubectlPrints(sliceObject(i, size.endpointsPerService, 0, shape)),
     });
   }
   return objects;
@@ -151,6 +165,7 @@ export async function benchManifests(options: {
         format,
         services: options.size.services,
         endpointsPerService: options.size.endpointsPerService,
+        shape: options.size.shape ?? "realistic",
         bytes,
         runs: options.runs,
         ...after,
