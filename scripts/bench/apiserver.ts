@@ -5,7 +5,8 @@
  * kubeconfig, times one paged list of everything, prints
  * `ready <port> <list ms>` and serves until stdin closes. With `--tls` it
  * serves HTTPS, as a real apiserver does, with a fresh CA the kubeconfig
- * names.
+ * names. A line `slice <index> <generation>` on stdin moves endpoint 0 of
+ * service `index` to that generation (an EndpointSlice update).
  *
  * ```sh
  * ip netns exec kp-b-x deno run --allow-all scripts/bench/apiserver.ts \
@@ -18,7 +19,7 @@
 import { parseArgs } from "node:util";
 import { FakeApiServer, RESOURCE_PATHS, writeKubeconfig } from "../../tests/e2e/fake_apiserver.ts";
 import { testCertificates } from "../../tests/support/tls.ts";
-import { fillCluster, OBJECT_SHAPES, type ObjectShape } from "./cluster.ts";
+import { fillCluster, OBJECT_SHAPES, type ObjectShape, sliceObject } from "./cluster.ts";
 
 /**
  * Milliseconds to list Services and EndpointSlices in pages of 500, as
@@ -67,8 +68,19 @@ if (import.meta.main) {
   });
   await writeKubeconfig(server, values.kubeconfig);
   console.log(`ready ${server.port} ${(await timePagedLists(server)).toFixed(0)}`);
-  for await (const _ of Deno.stdin.readable) {
-    // Serve until the parent closes stdin.
+  let buffer = "";
+  for await (const chunk of Deno.stdin.readable.pipeThrough(new TextDecoderStream())) {
+    buffer += chunk;
+    const lines = buffer.split("\n");
+    buffer = lines.pop() ?? "";
+    for (const line of lines) {
+      const [command, index, generation] = line.trim().split(" ");
+      if (command !== "slice") continue;
+      server.upsert(
+        "endpointslices",
+        sliceObject(Number(index), Number(values.endpoints), Number(generation), shape),
+      );
+    }
   }
   await server.stop();
 }

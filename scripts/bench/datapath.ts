@@ -16,6 +16,7 @@ import { defaultConfig } from "../../lib/config.ts";
 import type { Plan, PlanEndpoint } from "../../lib/plan.ts";
 import { NetnsExecutor, Topology } from "../netns.ts";
 import { benchPlan } from "./plan.ts";
+import { PatientExecutor } from "./harness.ts";
 
 /** Connect latency to one service. */
 export interface DatapathRow {
@@ -106,7 +107,7 @@ export async function benchDatapath(options: {
       first: plan.services[0]!.clusterIPs[0]!,
       last: plan.services[options.services - 1]!.clusterIPs[0]!,
     };
-    const executor = new NetnsExecutor({ namespace: topology.node });
+    const executor = new PatientExecutor(topology.node);
     const backends: Array<["nftables" | "iptables", () => Promise<Backend>]> = [
       ["nftables", () =>
         Promise.resolve(

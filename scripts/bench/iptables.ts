@@ -15,8 +15,8 @@ import { renderFull } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
-import { timeFullThenOneChange } from "./harness.ts";
-import { HostExecutor, NetnsExecutor } from "../netns.ts";
+import { PatientExecutor, timeFullThenOneChange } from "./harness.ts";
+import { HostExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
 export type BenchRow = SyncBenchRow;
@@ -57,7 +57,7 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
         const config = defaultConfig("node-a");
         config.iptables.backend = variant;
         const backend = createIptablesBackend({
-          executor: new NetnsExecutor({ namespace, inner: host }),
+          executor: new PatientExecutor(namespace),
           config,
           families: ["IPv4"],
           nftChainsPerRestore: options.nftChainsPerRestore,

@@ -222,13 +222,17 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
   const tenK = Math.min(10_000, Math.max(...sizes));
 
   if (has("fullsync") && options.fullsyncModes.includes("nftables")) {
-    await section(results, "full sync, nftables", async () => {
-      results.nftables = await benchNftables({
-        sizes,
-        endpointsPerService: ENDPOINTS_PER_SERVICE,
-        baselineMaxServices: NFT_BASELINE_MAX,
+    for (const services of sizes) {
+      await section(results, `full sync, nftables, ${services} services`, async () => {
+        results.nftables.push(
+          ...await benchNftables({
+            sizes: [services],
+            endpointsPerService: ENDPOINTS_PER_SERVICE,
+            baselineMaxServices: NFT_BASELINE_MAX,
+          }),
+        );
       });
-    });
+    }
   }
   if (has("fullsync") && options.fullsyncModes.includes("iptables")) {
     for (const variant of ["nft", "legacy"] as const) {

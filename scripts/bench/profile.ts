@@ -13,6 +13,8 @@
  * deno run --allow-all scripts/bench/profile.ts --services=10000
  * deno run --allow-all scripts/bench/profile.ts --services=1000 --heap-snapshot
  * deno run --allow-all scripts/bench/profile.ts --services=100000 --mode=iptables
+ * deno run --allow-all scripts/bench/profile.ts --list-page-size=100 --env=MALLOC_ARENA_MAX=1
+ * deno run --allow-all scripts/bench/profile.ts --services=100000 --changes=20  # partial syncs
  * ```
  *
  * @module
@@ -137,6 +139,36 @@ async function lines(stream: ReadableStream<Uint8Array>, into: string[]): Promis
   if (buffer !== "") into.push(buffer);
 }
 
+/** Resolves once `path` exists, or never when `until` settles first. */
+async function appears(path: string, until: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  until.finally(() => done = true);
+  while (!done) {
+    try {
+      await Deno.stat(path);
+      return true;
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+  return false;
+}
+
+/** Sends `count` EndpointSlice updates spread over the services to the fake apiserver. */
+async function sendChanges(
+  stdin: WritableStream<Uint8Array>,
+  options: { count: number; services: number; gapMs: number },
+): Promise<void> {
+  const writer = stdin.getWriter();
+  const encoder = new TextEncoder();
+  for (let k = 0; k < options.count; k++) {
+    await new Promise((resolve) => setTimeout(resolve, options.gapMs));
+    const index = Math.floor((k * options.services) / options.count);
+    await writer.write(encoder.encode(`slice ${index} ${k + 1}\n`));
+  }
+  writer.releaseLock();
+}
+
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
@@ -149,6 +181,9 @@ if (import.meta.main) {
       "heap-snapshot": { type: "boolean", default: false },
       "settle-ms": { type: "string", default: "3000" },
       "v8-flags": { type: "string", default: "" },
+      "list-page-size": { type: "string", default: "500" },
+      env: { type: "string", default: "" },
+      changes: { type: "string", default: "0" },
     },
   });
   const shape = values.objects as ObjectShape;
@@ -201,6 +236,8 @@ if (import.meta.main) {
           CHILD,
           `--out=${out}`,
           `--settle-ms=${values["settle-ms"]}`,
+          `--list-page-size=${values["list-page-size"]}`,
+          `--changes=${values.changes}`,
           ...values["heap-snapshot"] ? ["--heap-snapshot"] : [],
           "--",
           ...kproxyArgs({ mode, kubeconfig }),
@@ -208,12 +245,27 @@ if (import.meta.main) {
           "--v=2",
         ],
         cwd: ROOT,
-        env: QUIET_ENV,
+        env: {
+          ...QUIET_ENV,
+          ...Object.fromEntries(
+            values.env.split(",").filter((pair) => pair !== "").map((pair) => pair.split("=", 2)),
+          ),
+        },
         stdout: "piped",
         stderr: "inherit",
       }).spawn();
       const gcLines: string[] = [];
-      const [status] = await Promise.all([child.status, lines(child.stdout, gcLines)]);
+      await Deno.remove(`${out}.ready`).catch(() => undefined);
+      const changing = (async () => {
+        if (Number(values.changes) === 0) return;
+        if (!await appears(`${out}.ready`, child.status)) return;
+        await sendChanges(apiserver.stdin, {
+          count: Number(values.changes),
+          services: Number(values.services),
+          gapMs: 500,
+        });
+      })();
+      const [status] = await Promise.all([child.status, lines(child.stdout, gcLines), changing]);
       if (!status.success) throw new Error(`the profiled kproxy failed (${status.code})`);
       await Deno.writeTextFile(`${out}.gc.txt`, gcLines.join("\n"));
       const report: ProfileReport = JSON.parse(await Deno.readTextFile(`${out}.json`));
@@ -264,6 +316,35 @@ if (import.meta.main) {
           30,
         ).join("\n"),
       );
+      if (report.changeSyncsMs) {
+        const sorted = (values: number[]) => [...values].sort((a, b) => a - b);
+        const middle = (values: number[]) => sorted(values)[values.length >> 1] ?? NaN;
+        const loads = report.commands.filter((c) => c.program === "nft" && c.args.includes("-f"))
+          .slice(1).map((c) => c.ms);
+        console.log(
+          `\n${report.changeSyncsMs.length} one-endpoint changes: sync median ` +
+            `${middle(report.changeSyncsMs).toFixed(1)} ms (${
+              sorted(report.changeSyncsMs).map((v) => v.toFixed(0)).join(" ")
+            }), network programming median ${
+              middle(report.changeProgrammingMs ?? []).toFixed(1)
+            } ` +
+            `ms, nft -f median ${middle(loads).toFixed(1)} ms`,
+        );
+        const changes: CpuProfile = JSON.parse(
+          await Deno.readTextFile(`${out}.changes.cpuprofile`),
+        );
+        console.log("CPU self time during the changes, by function:");
+        console.log(
+          top(
+            selfTime(
+              changes,
+              (f) =>
+                `${f.functionName || "(anonymous)"} ${codeOrigin(f.url, "")}:${f.lineNumber + 1}`,
+            ),
+            25,
+          ).join("\n"),
+        );
+      }
       console.log("\nGC pauses (--trace-gc):");
       for (const [kind, total] of gcTotals(gcLines)) {
         console.log(

@@ -6,7 +6,10 @@
  * page, initial lists complete, rules handed to `nft`/`*-restore`, first sync
  * done. After the first sync and `--settle-ms` it writes everything to
  * `--out` (a JSON report, `.cpuprofile` beside it, a `.heapsnapshot` with
- * `--heap-snapshot`) and exits.
+ * `--heap-snapshot`) and exits. `--list-page-size` sets the source's `limit`
+ * (500 as kproxy's default), for A/B runs. With `--changes=N` it then writes
+ * `<out>.ready`, profiles the next N syncs on their own
+ * (`<out>.changes.cpuprofile`) and records each one's duration.
  *
  * ```sh
  * ip netns exec NS deno run --allow-all scripts/bench/profiled_kproxy.ts \
@@ -52,6 +55,10 @@ export interface ProfileReport {
   listed: Record<string, number>;
   /** V8 heap spaces after the settle time, MiB used. */
   heapSpaces: Record<string, number>;
+  /** With `--changes`: each sync after the first, ms (sync_proxy_rules_duration). */
+  changeSyncsMs?: number[];
+  /** With `--changes`: network_programming_duration of each, ms. */
+  changeProgrammingMs?: number[];
 }
 
 const MiB = 1024 * 1024;
@@ -120,6 +127,8 @@ if (import.meta.main) {
       "settle-ms": { type: "string", default: "3000" },
       "heap-snapshot": { type: "boolean", default: false },
       "sampling-us": { type: "string", default: "1000" },
+      "list-page-size": { type: "string", default: "500" },
+      changes: { type: "string", default: "0" },
     },
   });
   const phases: Phase[] = [];
@@ -175,6 +184,7 @@ if (import.meta.main) {
     kubeconfig: flag("kubeconfig"),
     master: "",
     nodeName: flag("hostname-override"),
+    listPageSize: Number(values["list-page-size"]),
   });
   const source = {
     start(listener: Parameters<typeof kube.start>[0], signal: AbortSignal) {
@@ -197,9 +207,11 @@ if (import.meta.main) {
     },
   };
   const controller = new AbortController();
-  const started = Promise.withResolvers<
-    { proxier: { lastSynced?: unknown } }
-  >();
+  type Observed = { get(): { count: number; sum: number } };
+  const started = Promise.withResolvers<{
+    proxier: { lastSynced?: unknown };
+    metrics: { syncProxyRulesDuration: Observed; networkProgrammingDuration: Observed };
+  }>();
   const running = main(positionals, {
     executor,
     source,
@@ -216,6 +228,34 @@ if (import.meta.main) {
   await mark("settled");
   const { profile } = await post<{ profile: unknown }>(session, "Profiler.stop");
   await Deno.writeTextFile(`${values.out}.cpuprofile`, JSON.stringify(profile));
+  const changes = Number(values.changes);
+  let changeSyncsMs: number[] | undefined;
+  let changeProgrammingMs: number[] | undefined;
+  if (changes > 0) {
+    const syncs = app.metrics.syncProxyRulesDuration;
+    const programming = app.metrics.networkProgrammingDuration;
+    changeSyncsMs = [];
+    changeProgrammingMs = [];
+    await post(session, "Profiler.start");
+    await Deno.writeTextFile(`${values.out}.ready`, "ready for changes\n");
+    let seen = { syncs: syncs.get(), programming: programming.get() };
+    // Changes that arrive during a sync coalesce: stop 10 s after the last sync.
+    let lastSyncAt = performance.now() + 50_000;
+    while (changeSyncsMs.length < changes && performance.now() - lastSyncAt < 10_000) {
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      const now = { syncs: syncs.get(), programming: programming.get() };
+      if (now.syncs.count === seen.syncs.count) continue;
+      lastSyncAt = performance.now();
+      changeSyncsMs.push((now.syncs.sum - seen.syncs.sum) * 1000);
+      if (now.programming.count > seen.programming.count) {
+        changeProgrammingMs.push((now.programming.sum - seen.programming.sum) * 1000);
+      }
+      seen = now;
+    }
+    const changed = await post<{ profile: unknown }>(session, "Profiler.stop");
+    await Deno.writeTextFile(`${values.out}.changes.cpuprofile`, JSON.stringify(changed.profile));
+    await mark(`${changeSyncsMs.length} syncs of ${changes} changes`);
+  }
   const heapSpaces: Record<string, number> = {};
   for (const space of v8.getHeapSpaceStatistics()) {
     heapSpaces[space.space_name] = space.space_used_size / MiB;
@@ -226,6 +266,8 @@ if (import.meta.main) {
     commands,
     listed,
     heapSpaces,
+    changeSyncsMs,
+    changeProgrammingMs,
   };
   await Deno.writeTextFile(`${values.out}.json`, JSON.stringify(report, null, 2));
   if (values["heap-snapshot"]) v8.writeHeapSnapshot(`${values.out}.heapsnapshot`);
