@@ -11,10 +11,10 @@
  */
 
 import { createIptablesBackend } from "../../backends/iptables/mod.ts";
-import { renderFull } from "../../backends/iptables/render.ts";
+import { renderFull, renderPartial } from "../../backends/iptables/render.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config.ts";
-import { benchPlan, type SyncBenchRow } from "./plan.ts";
+import { benchPlan, moveEndpoints, type SyncBenchRow } from "./plan.ts";
 import { PatientExecutor, timeFullThenOneChange } from "./harness.ts";
 import { HostExecutor } from "../netns.ts";
 
@@ -84,6 +84,72 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
     }
   }
   return rows;
+}
+
+/** One partial iptables sync of `changed` service ports on a loaded table. */
+export interface PartialSyncRow {
+  variant: IptablesVariant;
+  services: number;
+  changed: number;
+  /** Nat chains the restore input declares. */
+  chains: number;
+  ms: number;
+  /** The backend turned it into a (chunked) full sync. */
+  full: boolean;
+}
+
+/**
+ * What a partial sync costs as the change grows: loads `services` services
+ * once, then syncs `changed[i]` services whose endpoint moved, one size after
+ * the other, with partial syncs never turned into full ones (the backend's
+ * chain limit lifted). Answers what chunked partial syncs would cost an
+ * event storm.
+ */
+export async function benchPartialSizes(options: {
+  services: number;
+  endpointsPerService: number;
+  changed: number[];
+  variant?: IptablesVariant;
+}): Promise<PartialSyncRow[]> {
+  const variant = options.variant ?? "nft";
+  const host = new HostExecutor();
+  const namespace = `kp-ipt-bench-${crypto.randomUUID().slice(0, 8)}`;
+  const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
+  if (added.code !== 0) throw new Error(`Cannot create namespace ${namespace}: ${added.stderr}`);
+  try {
+    const config = defaultConfig("node-a");
+    config.iptables.backend = variant;
+    const backend = createIptablesBackend({
+      executor: new PatientExecutor(namespace),
+      config,
+      families: ["IPv4"],
+      nftChainsPerRestore: Infinity,
+    });
+    let plan = benchPlan(options.services, options.endpointsPerService);
+    await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+    const rows: PartialSyncRow[] = [];
+    for (const [i, count] of options.changed.entries()) {
+      const step = options.services / count;
+      const indexes = Array.from({ length: count }, (_, k) => Math.floor(k * step));
+      const next = moveEndpoints(plan, indexes, i + 1);
+      const changed = new Set(indexes.map((index) => next.services[index]!.id));
+      const chains = renderPartial({ previous: plan, next, changed }).chainNames("nat").length;
+      const start = performance.now();
+      const result = await backend.sync({ plans: [next], previous: [plan], changed, full: false });
+      rows.push({
+        variant,
+        services: options.services,
+        changed: count,
+        chains,
+        ms: performance.now() - start,
+        full: result.full,
+      });
+      plan = next;
+    }
+    return rows;
+  } finally {
+    await host.run({ program: "ip", args: ["netns", "del", namespace] });
+  }
 }
 
 if (import.meta.main) {

@@ -19,7 +19,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { benchIptables } from "./iptables.ts";
+import { benchIptables, benchPartialSizes } from "./iptables.ts";
 import { benchNftables } from "./nftables.ts";
 import { benchPlan } from "./plan.ts";
 import { loadIptablesBaseline } from "./baseline.ts";
@@ -78,6 +78,8 @@ const DOCS = new URL("../../docs/", import.meta.url);
 const ENDPOINTS_PER_SERVICE = 10;
 /** Largest size at which the quadratic upstream-style nftables layout is loaded. */
 const NFT_BASELINE_MAX = 10_000;
+/** Changed services per partial iptables sync measured in the storm section. */
+const PARTIAL_SIZES = [10, 100, 300, 1000, 3000];
 /** A baseline load slower than this is stopped and reported as such. */
 const BASELINE_TIMEOUT_MS = 180_000;
 
@@ -303,6 +305,15 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
         );
       });
     }
+    if (options.modes.includes("iptables")) {
+      await section(results, "event storm, iptables partial syncs by size", async () => {
+        results.iptablesPartial = await benchPartialSizes({
+          services: tenK,
+          endpointsPerService: ENDPOINTS_PER_SERVICE,
+          changed: PARTIAL_SIZES.filter((count) => count <= tenK),
+        });
+      });
+    }
   }
   if (has("datapath")) {
     for (const services of largeSizes(sizes)) {
@@ -377,7 +388,14 @@ export function merge(
     merged.process = replaceRows(base.process, fresh.process, modeAt);
     merged.floor = fresh.floor ?? base.floor;
   }
-  if (has("storm")) merged.storm = replaceRows(base.storm, fresh.storm, modeAt);
+  if (has("storm")) {
+    merged.storm = replaceRows(base.storm, fresh.storm, modeAt);
+    merged.iptablesPartial = replaceRows(
+      base.iptablesPartial ?? [],
+      fresh.iptablesPartial ?? [],
+      (row) => `${row.variant} ${row.services} ${row.changed}`,
+    );
+  }
   if (has("datapath")) {
     merged.datapath = replaceRows(
       base.datapath,

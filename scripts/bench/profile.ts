@@ -35,6 +35,7 @@ interface CpuProfile {
   nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
   samples: number[];
   timeDeltas: number[];
+  startTime: number;
 }
 
 /** Where a profile node's code lives: a kproxy file, an npm package, the runtime, or V8. */
@@ -119,6 +120,35 @@ export function heapByConstructor(
     totals.set(key, total);
   }
   return [...totals].sort((a, b) => b[1].mib - a[1].mib);
+}
+
+/**
+ * Self time per key in each window between consecutive phase ends (ms since
+ * the process started; the profile starts at the first phase).
+ */
+export function selfTimeByPhase(
+  profile: CpuProfile,
+  phaseEnds: { name: string; atMs: number }[],
+  key: (frame: CpuProfile["nodes"][number]["callFrame"]) => string,
+): { name: string; totals: Map<string, number> }[] {
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const windows = phaseEnds.slice(1).map((phase) => ({
+    ...phase,
+    totals: new Map<string, number>(),
+  }));
+  let at = phaseEnds[0]?.atMs ?? 0;
+  let window = 0;
+  profile.samples.forEach((id, i) => {
+    const delta = (profile.timeDeltas[i] ?? 0) / 1000;
+    at += delta;
+    while (window < windows.length - 1 && at > windows[window]!.atMs) window++;
+    const node = byId.get(id);
+    if (!node || windows.length === 0) return;
+    const totals = windows[window]!.totals;
+    const k = key(node.callFrame);
+    totals.set(k, (totals.get(k) ?? 0) + delta);
+  });
+  return windows.map(({ name, totals }) => ({ name, totals }));
 }
 
 function top(totals: Map<string, number>, count: number): string[] {
@@ -305,6 +335,22 @@ if (import.meta.main) {
       const profile: CpuProfile = JSON.parse(await Deno.readTextFile(`${out}.cpuprofile`));
       console.log("\nCPU self time by file:");
       console.log(top(selfTime(profile, (f) => codeOrigin(f.url, f.functionName)), 25).join("\n"));
+      console.log("\nCPU self time per phase (ms; the largest files):");
+      for (
+        const { name, totals } of selfTimeByPhase(
+          profile,
+          report.phases,
+          (f) => codeOrigin(f.url, f.functionName),
+        )
+      ) {
+        const entries = [...totals].sort((a, b) => b[1] - a[1]);
+        const busy = entries.filter(([k]) => k !== "(idle)").reduce((sum, [, ms]) => sum + ms, 0);
+        console.log(
+          `  ${name}: ${busy.toFixed(0)} ms busy; ` +
+            entries.filter(([k]) => k !== "(idle)").slice(0, 7)
+              .map(([k, ms]) => `${k} ${ms.toFixed(0)}`).join(", "),
+        );
+      }
       console.log("\nCPU self time by function:");
       console.log(
         top(

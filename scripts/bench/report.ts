@@ -7,7 +7,7 @@
  */
 
 import type { BenchRow as NftRow } from "./nftables.ts";
-import type { BenchRow as IptRow } from "./iptables.ts";
+import type { BenchRow as IptRow, PartialSyncRow } from "./iptables.ts";
 import type { ChangeRow, StormRow } from "./latency.ts";
 import type { FloorRow, ProcessRow } from "./process.ts";
 import type { DatapathRow } from "./datapath.ts";
@@ -61,6 +61,8 @@ export interface BenchResults {
   datapath: DatapathRow[];
   /** Live switches from and to kube-proxy; absent in runs before the section existed. */
   takeover?: TakeoverRow[];
+  /** Partial iptables syncs by size of change; absent in runs before 2026-11-26. */
+  iptablesPartial?: PartialSyncRow[];
   /** `kproxy plan` on a dump; absent in runs saved before the section existed. */
   manifests?: ManifestsRow[];
   /** Sections that failed, with the error. */
@@ -463,6 +465,33 @@ function stormSection(results: BenchResults): string {
   );
 }
 
+function partialSection(results: BenchResults): string {
+  const full = (services: number) =>
+    results.iptables.find((r) => r.variant === "nft" && r.services === services);
+  return table(
+    [
+      "variant",
+      "services",
+      "changed services",
+      "nat chains declared",
+      "partial restore",
+      "per changed service",
+      "10k changes in chunks of this size",
+      "kproxy's chunked full sync",
+    ],
+    (results.iptablesPartial ?? []).map((r) => [
+      r.variant,
+      fmtK(r.services),
+      String(r.changed),
+      String(r.chains),
+      `${fmtMs(r.ms)}${r.full ? " (full)" : ""}`,
+      fmtMs(r.ms / r.changed),
+      fmtS((10_000 / r.changed) * r.ms),
+      ((row) => row ? fmtS(row.fullMs) : "–")(full(r.services)),
+    ]),
+  );
+}
+
 function takeoverSection(results: BenchResults): string {
   if (!results.takeover) return "Not measured in this run.";
   const ms = (values: number[]) => values.map((v) => v.toFixed(0)).join(", ") + " ms";
@@ -660,6 +689,14 @@ export function renderMarkdown(results: BenchResults): string {
     "DNAT targets are checked: the new endpoint present, the old one gone.",
     "",
     stormSection(results),
+    "",
+    "What chunked partial syncs would cost an iptables storm: one table of the services loaded,",
+    "then partial syncs of more and more changed services (one endpoint each moved), with the",
+    "backend's limit on chains per `iptables-nft-restore` lifted so none becomes a full sync",
+    "(`benchPartialSizes`, `scripts/bench/iptables.ts`). The last columns extrapolate a storm of",
+    "10k changes sent in chunks of that size, beside the chunked full sync kproxy falls back to.",
+    "",
+    results.iptablesPartial?.length ? partialSection(results) : "Not measured in this run.",
     "",
     "## Data path",
     "",

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { merge, parseBenchArgs } from "../../scripts/bench/main.ts";
-import { benchPlan } from "../../scripts/bench/plan.ts";
+import { benchPlan, moveEndpoints } from "../../scripts/bench/plan.ts";
 import {
   type BenchResults,
   renderMarkdown,
@@ -322,4 +322,28 @@ Deno.test("renderMarkdown() shows the manifests loads beside the code before, an
   assert.match(table, /ok kproxy plan, 10k × 10 dump \(yaml\)/);
   assert.match(table, /!! kproxy plan, 10k × 10 dump \(json\)/);
   assert.doesNotMatch(renderMarkdown(results()), /## Manifests/);
+});
+
+Deno.test("moveEndpoints() moves the first endpoint of the services named, and only theirs", () => {
+  const plan = benchPlan(20, 3);
+  const moved = moveEndpoints(plan, [2, 7], 1);
+  const differs = moved.services.filter((service, i) => service !== plan.services[i]);
+  assert.deepEqual(differs.map((service) => service.name), ["svc-000002", "svc-000007"]);
+  const ips = (i: number, p = moved) => p.services[i]!.internal.endpoints.map((e) => e.ip);
+  assert.equal(ips(2).filter((ip) => !ips(2, plan).includes(ip)).length, 1);
+  assert.deepEqual(ips(2), [...ips(2)].sort());
+});
+
+Deno.test("renderMarkdown() extrapolates a storm of chunked iptables partial syncs", () => {
+  const markdown = renderMarkdown(results({
+    iptablesPartial: [{
+      variant: "nft",
+      services: 1000,
+      changed: 100,
+      chains: 1300,
+      ms: 800,
+      full: false,
+    }],
+  }));
+  assert.match(markdown, /\| nft \| 1k \| 100 \| 1300 \| 800 ms \| 8\.0 ms \| 80\.00 s \| – \|/);
 });
