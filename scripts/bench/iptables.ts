@@ -96,6 +96,8 @@ export interface PartialSyncRow {
   ms: number;
   /** The backend turned it into a (chunked) full sync. */
   full: boolean;
+  /** Why the restore failed (e.g. its 300 s timeout), when it did. */
+  error?: string;
 }
 
 /**
@@ -135,15 +137,35 @@ export async function benchPartialSizes(options: {
       const changed = new Set(indexes.map((index) => next.services[index]!.id));
       const chains = renderPartial({ previous: plan, next, changed }).chainNames("nat").length;
       const start = performance.now();
-      const result = await backend.sync({ plans: [next], previous: [plan], changed, full: false });
-      rows.push({
-        variant,
-        services: options.services,
-        changed: count,
-        chains,
-        ms: performance.now() - start,
-        full: result.full,
-      });
+      try {
+        const result = await backend.sync({
+          plans: [next],
+          previous: [plan],
+          changed,
+          full: false,
+        });
+        rows.push({
+          variant,
+          services: options.services,
+          changed: count,
+          chains,
+          ms: performance.now() - start,
+          full: result.full,
+        });
+      } catch (error) {
+        // The table is in an unknown state now: report the failure and stop.
+        const message = error instanceof Error ? error.message : String(error);
+        rows.push({
+          variant,
+          services: options.services,
+          changed: count,
+          chains,
+          ms: performance.now() - start,
+          full: false,
+          error: message.split("\n")[0],
+        });
+        break;
+      }
       plan = next;
     }
     return rows;

@@ -27,7 +27,7 @@ import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
-import { benchManifests } from "./manifests.ts";
+import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -78,8 +78,10 @@ const DOCS = new URL("../../docs/", import.meta.url);
 const ENDPOINTS_PER_SERVICE = 10;
 /** Largest size at which the quadratic upstream-style nftables layout is loaded. */
 const NFT_BASELINE_MAX = 10_000;
+/** Largest size at which the data path loads the iptables ruleset too. */
+const IPTABLES_DATAPATH_MAX = 30_000;
 /** Changed services per partial iptables sync measured in the storm section. */
-const PARTIAL_SIZES = [10, 100, 300, 1000, 3000];
+const PARTIAL_SIZES = [10, 30, 100, 170, 300, 1000];
 /** A baseline load slower than this is stopped and reported as such. */
 const BASELINE_TIMEOUT_MS = 180_000;
 
@@ -318,7 +320,11 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
   if (has("datapath")) {
     for (const services of largeSizes(sizes)) {
       await section(results, `data path, ${services} services`, async () => {
-        results.datapath.push(...await benchDatapath({ services, rounds: 300 }));
+        // iptables at 100k: over a million chains, hours of iptables-nft-restore to load and remove.
+        const modes = services <= IPTABLES_DATAPATH_MAX
+          ? ["nftables", "iptables"] as const
+          : ["nftables"] as const;
+        results.datapath.push(...await benchDatapath({ services, rounds: 300, modes }));
       });
     }
   }
@@ -328,13 +334,19 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     });
   }
   if (has("manifests")) {
-    await section(results, "manifests, kproxy plan on a dump", async () => {
-      results.manifests = await benchManifests({
-        size: size(tenK),
-        runs: 3,
-        before: options.manifestsBefore,
+    results.manifests = [];
+    for (const format of DUMP_FORMATS) {
+      await section(results, `manifests, kproxy plan on a ${format} dump`, async () => {
+        results.manifests!.push(
+          ...await benchManifests({
+            size: size(tenK),
+            runs: 3,
+            before: options.manifestsBefore,
+            formats: [format],
+          }),
+        );
       });
-    });
+    }
   }
   return results;
 }

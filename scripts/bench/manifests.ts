@@ -90,15 +90,18 @@ export async function writeDump(dir: string, size: ClusterSize, format: DumpForm
   return new TextEncoder().encode(text).length;
 }
 
-/** Runs a command, output discarded; returns its wall seconds and peak RSS in KiB. */
+/**
+ * Runs a command, output discarded; returns its wall seconds and peak RSS in
+ * KiB. Fails when kproxy refused the dump (it then prints an empty plan).
+ */
 const MEASURE = `
 import resource, subprocess, sys, time
 start = time.monotonic()
 done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 wall = time.monotonic() - start
-if done.returncode != 0:
+if done.returncode != 0 or b"Refusing manifest" in done.stderr:
     sys.stderr.write(done.stderr.decode(errors="replace")[-2000:])
-    sys.exit(done.returncode)
+    sys.exit(done.returncode or 3)
 print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 `;
 
@@ -148,15 +151,20 @@ async function loads(checkout: string, dir: string, runs: number): Promise<LoadF
   };
 }
 
+/** Every {@linkcode DumpFormat}. */
+export const DUMP_FORMATS: readonly DumpFormat[] = ["yaml", "yaml-list", "json"];
+
 /** Measures `kproxy plan` on a dump of `size` in each format. */
 export async function benchManifests(options: {
   size: ClusterSize;
   runs: number;
   /** Another checkout of kproxy to measure the same loads with. */
   before?: string;
+  /** @default {DUMP_FORMATS} */
+  formats?: readonly DumpFormat[];
 }): Promise<ManifestsRow[]> {
   const rows: ManifestsRow[] = [];
-  for (const format of ["yaml", "yaml-list", "json"] as const) {
+  for (const format of options.formats ?? DUMP_FORMATS) {
     const dir = await Deno.makeTempDir({ prefix: "kp-bench-manifests-" });
     try {
       const bytes = await writeDump(dir, options.size, format);

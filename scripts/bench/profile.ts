@@ -82,7 +82,7 @@ export interface GcTotal {
 export function gcTotals(lines: string[]): Map<string, GcTotal> {
   const totals = new Map<string, GcTotal>();
   const pattern =
-    /\d+ ms: ((?:Minor )?Mark-Compact|Scavenge)(?: \(reduce\))? [\d.]+ \([\d.]+\) -> [\d.]+ \(([\d.]+)\) MB,(?: pooled: [\d.]+ MB,)? ([\d.]+) \/ [\d.]+ ms/;
+    /\d+ ms: ((?:Incremental |Minor )?Mark-Compact|Scavenge)(?: \(reduce\))? [\d.]+ \([\d.]+\) -> [\d.]+ \(([\d.]+)\) MB,(?: pooled: [\d.]+ MB,)? ([\d.]+) \/ [\d.]+ ms/;
   for (const line of lines) {
     const match = pattern.exec(line);
     if (!match) continue;

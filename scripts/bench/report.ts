@@ -484,9 +484,9 @@ function partialSection(results: BenchResults): string {
       fmtK(r.services),
       String(r.changed),
       String(r.chains),
-      `${fmtMs(r.ms)}${r.full ? " (full)" : ""}`,
-      fmtMs(r.ms / r.changed),
-      fmtS((10_000 / r.changed) * r.ms),
+      r.error ? `> ${fmtS(r.ms)} (${r.error})` : `${fmtMs(r.ms)}${r.full ? " (full)" : ""}`,
+      r.error ? "–" : fmtMs(r.ms / r.changed),
+      r.error ? "–" : fmtS((10_000 / r.changed) * r.ms),
       ((row) => row ? fmtS(row.fullMs) : "–")(full(r.services)),
     ]),
   );
