@@ -17,7 +17,7 @@ import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import { benchPlan, moveEndpoints, type SyncBenchRow } from "./plan.ts";
 import { PatientExecutor, timeFullThenOneChange } from "./harness.ts";
-import { HostExecutor, NetnsExecutor } from "../netns.ts";
+import { HostExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
 export type BenchRow = SyncBenchRow;
