@@ -15,12 +15,12 @@
  */
 
 import { parseArgs } from "node:util";
-import { FakeApiServer, writeKubeconfig } from "../../tests/e2e/fake_apiserver.ts";
-import { KubeSource } from "../../lib/source/kube.ts";
-import { Tracker } from "../../lib/tracker.ts";
-import { planNode } from "../../lib/planner.ts";
-import { plannerOptionsFrom } from "../../lib/app.ts";
-import { defaultConfig } from "../../lib/config.ts";
+import { FakeApiServer, writeKubeconfig } from "../testbed/fake_apiserver.ts";
+import { KubeSource } from "../../lib/shell/source/kube.ts";
+import { Tracker } from "../../lib/core/tracker.ts";
+import { planNode } from "../../lib/core/planner.ts";
+import { plannerOptionsFrom } from "../../lib/commands/app.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import { renderFull } from "../../backends/nftables/render.ts";
 import {
   fillCluster,
@@ -124,7 +124,7 @@ export async function anatomy(
     }));
     const nodes = server.list("nodes").map((object) => ({ kind: "Node", object }));
     const tracker = measure(rows, "tracker: validated Services and EndpointSlices", () => {
-      const tracker = new Tracker({ nodeName: "node-a" });
+      const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => performance.now() } });
       for (const { object } of nodes) tracker.apply({ type: "upsert", kind: "Node", object });
       for (const { object } of objects) tracker.apply({ type: "upsert", kind: "Service", object });
       for (const { object } of slices) {

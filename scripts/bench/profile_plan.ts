@@ -14,7 +14,7 @@
 
 import inspector from "node:inspector";
 import { parseArgs } from "node:util";
-import { main } from "../../lib/app.ts";
+import { main } from "../../lib/commands/app.ts";
 import { type DumpFormat, writeDump } from "./manifests.ts";
 import { OBJECT_SHAPES, type ObjectShape } from "./cluster.ts";
 import { codeOrigin, selfTime } from "./profile.ts";

@@ -142,10 +142,10 @@ if (import.meta.main) {
   await post(session, "Profiler.start");
   await mark("profiler started");
 
-  const { main } = await import("../../lib/app.ts");
-  const { DenoExecutor } = await import("../../lib/exec.ts");
-  const { MODE_PROGRAMS } = await import("../../lib/permissions.ts");
-  const { KubeSource } = await import("../../lib/source/kube.ts");
+  const { main } = await import("../../lib/commands/app.ts");
+  const { DenoExecutor } = await import("../../lib/shell/exec.ts");
+  const { MODE_PROGRAMS } = await import("../../lib/shell/permissions.ts");
+  const { KubeSource } = await import("../../lib/shell/source/kube.ts");
   await mark("kproxy's modules loaded");
 
   const flag = (name: string) =>
