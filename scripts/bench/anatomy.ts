@@ -116,7 +116,9 @@ export async function anatomy(
     controller.abort();
     await running;
 
-    // The tracker fed the objects as the source hands them over.
+    // The tracker fed the objects as the source hands them over: each one fresh from
+    // JSON.parse, so that no string is shared unless kproxy shares it.
+    const fresh = (object: unknown) => JSON.parse(JSON.stringify(object));
     const objects = server.list("services").map((object) => ({ kind: "Service", object }));
     const slices = server.list("endpointslices").map((object) => ({
       kind: "EndpointSlice",
@@ -126,9 +128,11 @@ export async function anatomy(
     const tracker = measure(rows, "tracker: validated Services and EndpointSlices", () => {
       const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => performance.now() } });
       for (const { object } of nodes) tracker.apply({ type: "upsert", kind: "Node", object });
-      for (const { object } of objects) tracker.apply({ type: "upsert", kind: "Service", object });
+      for (const { object } of objects) {
+        tracker.apply({ type: "upsert", kind: "Service", object: fresh(object) });
+      }
       for (const { object } of slices) {
-        tracker.apply({ type: "upsert", kind: "EndpointSlice", object });
+        tracker.apply({ type: "upsert", kind: "EndpointSlice", object: fresh(object) });
       }
       tracker.apply({ type: "synced" });
       return tracker;

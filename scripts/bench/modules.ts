@@ -21,15 +21,23 @@ const STEPS: { name: string; imports: string[]; https?: boolean }[] = [
   { name: "deno, nothing imported", imports: [] },
   { name: "@logtape/logtape", imports: ["@logtape/logtape"] },
   { name: "node:http + node:https", imports: ["node:http", "node:https"] },
-  { name: "lib/config.ts (flags)", imports: [`${ROOT}lib/config.ts`] },
-  { name: "lib/app.ts", imports: [`${ROOT}lib/app.ts`] },
+  { name: "lib/config/flags.ts", imports: [`${ROOT}lib/config/flags.ts`] },
+  { name: "lib/commands/app.ts", imports: [`${ROOT}lib/commands/app.ts`] },
   {
     name: "floor: app + kube source + backends",
-    imports: [`${ROOT}lib/app.ts`, `${ROOT}lib/source/kube.ts`, `${ROOT}backends/registry.ts`],
+    imports: [
+      `${ROOT}lib/commands/app.ts`,
+      `${ROOT}lib/shell/source/kube.ts`,
+      `${ROOT}backends/registry.ts`,
+    ],
   },
   {
     name: "floor + one HTTPS GET through kproxy's transport",
-    imports: [`${ROOT}lib/app.ts`, `${ROOT}lib/source/kube.ts`, `${ROOT}backends/registry.ts`],
+    imports: [
+      `${ROOT}lib/commands/app.ts`,
+      `${ROOT}lib/shell/source/kube.ts`,
+      `${ROOT}backends/registry.ts`,
+    ],
     https: true,
   },
 ];
@@ -66,7 +74,9 @@ function program(step: (typeof STEPS)[number], url: string): string {
   const lines = step.imports.map((specifier) => `await import(${JSON.stringify(specifier)});`);
   if (step.https) {
     lines.push(
-      `const { ApiTransport } = await import(${JSON.stringify(`${ROOT}lib/source/transport.ts`)});`,
+      `const { ApiTransport } = await import(${
+        JSON.stringify(`${ROOT}lib/shell/source/transport.ts`)
+      });`,
       "const transport = new ApiTransport();",
       `const response = await transport.get({ url: ${JSON.stringify(url)}, headers: {},` +
         " signal: AbortSignal.timeout(10000), tls: { ca: Deno.env.get('KP_CA') } });",
