@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { findServicePort, type Plan, type ServicePortPlan } from "../../lib/core/plan.ts";
 import { canonicalIP, collapseCIDRs } from "../../lib/core/ip.ts";
 import { Chain, Element, type NftSet, Rule, Transaction } from "./transaction.ts";
 import {
@@ -36,12 +36,15 @@ export interface IncrementalInput {
   changed: ReadonlySet<string>;
 }
 
+/** The service ports of `ids` in `plan`, in plan order; the cost follows `ids`, not the plan. */
 function indexById(plan: Plan, ids: ReadonlySet<string>): Map<string, ServicePortPlan> {
-  const found = new Map<string, ServicePortPlan>();
-  for (const service of plan.services) {
-    if (ids.has(service.id)) found.set(service.id, service);
+  const found: ServicePortPlan[] = [];
+  for (const id of ids) {
+    const service = findServicePort(plan, id);
+    if (service !== undefined) found.push(service);
   }
-  return found;
+  found.sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+  return new Map(found.map((service) => [service.id, service]));
 }
 
 function sameSet(a: NftSet, b: NftSet): boolean {

@@ -19,7 +19,7 @@
 
 import { normalizeIP } from "./ip.ts";
 import type { IpFamily, Protocol } from "./model.ts";
-import type { Plan, ServicePortPlan } from "./plan.ts";
+import { findServicePort, type Plan, type ServicePortPlan } from "./plan.ts";
 
 /** The protocols whose stale flows are deleted: connectionless ones, which never end. */
 export type ConntrackProtocol = Extract<Protocol, "UDP" | "SCTP">;
@@ -237,9 +237,11 @@ export interface SyncChange {
  */
 export function mayLeaveStaleFlows(sync: SyncChange): boolean {
   if (sync.full || sync.previous.length === 0) return true;
-  for (const plan of [...sync.previous, ...sync.plans]) {
-    for (const service of plan.services) {
-      if (isConntrackProtocol(service.protocol) && sync.changed.has(service.id)) return true;
+  const plans = [...sync.previous, ...sync.plans];
+  for (const id of sync.changed) {
+    for (const plan of plans) {
+      const service = findServicePort(plan, id);
+      if (service !== undefined && isConntrackProtocol(service.protocol)) return true;
     }
   }
   return false;

@@ -139,6 +139,23 @@ export function servicePortId(
 }
 
 /** An empty plan for a family, as used before the first sync. */
+/**
+ * The service port `id` of `plan`, found by binary search (its services are
+ * sorted by id); a plan that is not sorted is scanned instead.
+ */
+export function findServicePort(plan: Plan, id: string): ServicePortPlan | undefined {
+  const { services } = plan;
+  let low = 0;
+  let high = services.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (services[middle]!.id < id) low = middle + 1;
+    else high = middle;
+  }
+  const found = services[low];
+  return found?.id === id ? found : services.find((service) => service.id === id);
+}
+
 export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
   return {
     family,

@@ -5,9 +5,9 @@
  * Like upstream's service and endpoints change trackers, changes are
  * coalesced per service between drains and a change followed by its revert
  * is no change at all. Snapshots share structure: the maps handed out by
- * `drain()` are never mutated afterwards; the tracker copies a map (a
- * shallow copy of references) only the first time it changes after a drain,
- * and per-service slice arrays are replaced, never edited.
+ * `drain()` are never mutated afterwards ({@linkcode SnapshotMap}: a write
+ * after a drain copies only the changes since the map was last folded, never
+ * the whole map), and per-service slice arrays are replaced, never edited.
  *
  * @module
  */
@@ -23,6 +23,7 @@ import { parseEndpointSlice } from "./parse/endpoint_slice.ts";
 import { parseNode } from "./parse/node.ts";
 import { parseService } from "./parse/service.ts";
 import { parseServiceCIDR } from "./parse/service_cidr.ts";
+import { SnapshotMap } from "./snapshot_map.ts";
 
 const logger = getLogger(["kproxy", "tracker"]);
 
@@ -55,51 +56,6 @@ export function deepEqual(a: unknown, b: unknown): boolean {
     if (!Object.hasOwn(bRecord, key) || !deepEqual(aRecord[key], bRecord[key])) return false;
   }
   return true;
-}
-
-/** A Map that is copied once before its first write after being shared. */
-class CowMap<K, V> {
-  #map: Map<K, V> = new Map();
-  #shared = false;
-
-  get(key: K): V | undefined {
-    return this.#map.get(key);
-  }
-
-  has(key: K): boolean {
-    return this.#map.has(key);
-  }
-
-  get size(): number {
-    return this.#map.size;
-  }
-
-  values(): IterableIterator<V> {
-    return this.#map.values();
-  }
-
-  set(key: K, value: V): void {
-    this.#writable().set(key, value);
-  }
-
-  delete(key: K): boolean {
-    if (!this.#map.has(key)) return false;
-    return this.#writable().delete(key);
-  }
-
-  /** Hands out the current map; later writes go to a copy. */
-  share(): ReadonlyMap<K, V> {
-    this.#shared = true;
-    return this.#map;
-  }
-
-  #writable(): Map<K, V> {
-    if (this.#shared) {
-      this.#map = new Map(this.#map);
-      this.#shared = false;
-    }
-    return this.#map;
-  }
 }
 
 /** Parser warnings shown in one log line: the first few, then how many more. */
@@ -172,11 +128,11 @@ export class Tracker {
   readonly #startedAtWall?: number;
   #synced = false;
 
-  readonly #services = new CowMap<ServiceKey, Service>();
+  readonly #services = new SnapshotMap<ServiceKey, Service>();
   /** Slices by `namespace/name` of the slice. */
   readonly #slices = new Map<string, EndpointSlice>();
-  readonly #slicesByService = new CowMap<ServiceKey, readonly EndpointSlice[]>();
-  readonly #nodes = new CowMap<string, Node>();
+  readonly #slicesByService = new SnapshotMap<ServiceKey, readonly EndpointSlice[]>();
+  readonly #nodes = new SnapshotMap<string, Node>();
   readonly #serviceCIDRs = new Map<string, ServiceCIDR>();
   #serviceCIDRList: readonly ServiceCIDR[] = [];
   /** Services with topologyKeys: they depend on the labels of other nodes. */

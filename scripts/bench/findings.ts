@@ -9,6 +9,82 @@
 
 /** Markdown paragraphs, one per finding. */
 export const PROFILE_NOTES: readonly string[] = [
+  "**Issue 23, optimisation pass (2026-11-26 03:40–05:00).** Memory, start-up and one change " +
+  "(nftables, 1k, 10k, 100k) were re-measured at 04:15–04:29 (`--only=memory,change --modes=nftables`) while three other sessions loaded " +
+  "the 2 cores (load average 3.3–5.9); every other figure is from the run of 03:17. Each " +
+  "change was measured A against B in the same period. (1) List pages are cut into item texts " +
+  "(`lib/core/parse/list_page.ts`, anything it does not follow goes to `JSON.parse` whole) and " +
+  "each item is parsed on its own, so a page's raw objects (managedFields and all) are garbage " +
+  "as soon as each is read instead of being promoted to V8's old generation with the whole " +
+  "page; the source keeps only each object's resourceVersion, not a stub object (anatomy at " +
+  "10k: 8.5 → 3.2 MiB). Peak RSS at 10k, 3 runs each at load ~4: 275 MiB (235–282) before, 235 " +
+  "MiB (213–240) after. Its price is CPU: cutting a 2 MB page costs about half its " +
+  "`JSON.parse` (14–22 ms against 31–37 ms per page in a micro-benchmark), ~0.5 s more at " +
+  "10k. (2) The tracker's copy-on-write maps copied the whole map (100k services, 100k slice " +
+  "groups) on the first write after each drain; `SnapshotMap` (`lib/core/snapshot_map.ts`) " +
+  "keeps a shared base and the changes since its last fold. One endpoint change at 100k, end " +
+  "to end, A/B at load 3–5: 254 ms (sync 83 ms) before, 69 ms (sync 67 ms) after; the " +
+  "130 ms of the 03:17 run were mostly that copy, made before the tracker even timed the " +
+  "change. (3) The nftables incremental render and the conntrack check found the changed " +
+  "service ports by walking both plans; they now use binary search (`findServicePort`): 36 ms " +
+  "at 100k (1k: 38 ms), the target met. (4) Node and zone names of endpoints are shared " +
+  "strings: `JSON.parse` gives every string longer than 10 characters its own copy, ~50 B per " +
+  "endpoint with real node names; the bench's names (node-a, node-b) are short enough for V8 " +
+  "to share already, so the bench does not show it.",
+  "**Peak RSS at 1k (111 MiB, 3 runs 107–111; 120 MiB at 03:17; target 90 MiB: missed).** The floor is Deno itself: a process " +
+  "with kproxy's modules and one HTTPS GET through its transport holds 64 MiB " +
+  "(`scripts/bench/modules.ts`: 34–38 MiB of it the deno binary's resident pages, 14 " +
+  "anonymous, 6.5 malloc), and 1k services' data is ~5 MiB of live heap. A profile of a start " +
+  "at 1k (`scripts/bench/profile.ts --services=1000`): the binary grows to 45 MiB resident as " +
+  "more of it runs, V8's heap to 31–34 MiB committed (25 used) and glibc's heap from 15 to " +
+  "23–31 MiB during the lists, where it stays. Tried at 1k (3 runs each): " +
+  "`--max-semi-space-size=1` 105–107 MiB against 110, `--optimize-for-size` 100–103 MiB but " +
+  "start-up +50%, `MALLOC_ARENA_MAX=2` with 128 KiB trim and mmap thresholds 107–108 MiB (at " +
+  "10k 207–225 against 221–242; not shipped, every deployment would have to set it). None " +
+  "reaches 90 MiB: what stands in the way is the runtime (binary pages, allocator arenas, V8's " +
+  "minimum heap), not kproxy's data. Next step: a build with a smaller binary (no npm " +
+  "compatibility layer: node:http/https are loaded for the apiserver transport) or a different " +
+  "allocator; measure `deno compile`'s executable, not `deno run`.",
+  "**Peak RSS at 10k (244 MiB, 3 runs 234–249; 248 MiB at 03:17; target 150 MiB: missed).** Profile at 10k: the peak comes " +
+  "with the lists (heap 85–107 MiB used, 92–116 committed) or the first sync (+15–30 MiB: plan " +
+  "and render); of the heap, what lives is the tracker's validated objects (26.3 MiB: " +
+  "2760 B per service, two thirds of it the 10 endpoint objects and their address strings), " +
+  "the plan (15.8 MiB), the source's resourceVersions (3.5 MiB) and the nftables transaction " +
+  "while nft reads it (6 MiB); glibc's heap holds 65–80 MiB that it does not give back after " +
+  "the lists. That part grows with the listed bytes but is not the response buffers (bodies " +
+  "now decoded piece by piece: no change) nor the page size (100 and 50 items per page: no " +
+  "change). Next steps: packed endpoints (typed arrays of addresses and flags per slice, " +
+  "shared by tracker and plan: ~25 MiB at 10k), streaming the full render into nft without " +
+  "holding the transaction, and finding what fills glibc's heap (`MALLOC_ARENA_MAX=2` shaved " +
+  "~15 MiB of it).",
+  "**Peak RSS at 100k (1072 MiB, the median of 2 runs, 1043 and 1100, and 1032 in a run at 04:19; 1134 MiB at 03:17; target 1 GiB: missed by 2–7%).** Profile at 100k (04:00, " +
+  "load 5–6): 912 MiB at the end of the lists (heap 691 MiB used, glibc's heap 242 MiB), " +
+  "in the bench 852–892 MiB at the end of the lists and 180–210 MiB more after the first sync; " +
+  "1074 MiB once the 56 MiB nft input was rendered (plan ~160 MiB, transaction ~60 MiB). The " +
+  "same next steps as at 10k apply; the plan and the transaction are the largest movable " +
+  "parts here.",
+  "**nftables full sync at 100k (31.25 s in the run of 03:17; target 30 s: missed by the " +
+  "noise).** Not re-measured: nothing in the render or the load changed. Rendering is 2.8 s; " +
+  "the rest is nft parsing 1.2 million element operations (56 MiB of input) and the kernel " +
+  "inserting them, linear in services (313 µs per service at 100k, 302 at 10k); single loads " +
+  "of the same input vary by ±25% on this machine. Next step: fewer elements per endpoint " +
+  "(the slot map holds one element per endpoint and the hairpin set one per local endpoint; " +
+  "the rest is per service).",
+  "**Start-up to first sync at 10k (9.1 s at a load of 5–5.6, when the fake apiserver took 2.7 s to serve one list; 5.4 s at 03:17; target 2 s: missed).** The fake apiserver " +
+  "alone takes 1.8–2.7 s to serve one paged list of the cluster (last column of the start-up " +
+  "table) and the first nftables load 2.3–3.1 s (10k × 10, full sync table), so no client " +
+  "reaches 2 s against it on this machine; kube-proxy 1.36 took 11.2 s. kproxy's own share " +
+  "in the profiles at 10k (load ~4) is 2.1–3.8 s of CPU while the lists run (reading the " +
+  "responses, cutting and parsing items, validating, GC; cutting adds ~0.5 s, see above) and " +
+  "0.7–0.8 s of planning and rendering. Next step: start the nft load of services " +
+  "already listed while the lists go on (the first sync would then be several).",
+  "**iptables event storm at 10k (not re-measured; 130 s, 1 full sync; target: chunked partial " +
+  "syncs: missed, not attempted in this pass).** What stands in the way: a partial sync that " +
+  "declares more than 2000 chains becomes the chunked full sync (`#syncPartial` in " +
+  "`backends/iptables/applier.ts`), because iptables-nft-restore is quadratic in the chains " +
+  "of one input. Chunking partial syncs means cutting the commit input by service while new " +
+  "chains exist before KUBE-SERVICES jumps to them and old ones are deleted only after: the " +
+  "staging, commit and cleanup order the chunked full sync already follows.",
   "Runs of 2026-11-23. The nftables full syncs (median of three fresh namespaces each), the " +
   "one-change sections of both modes, start-up, memory and both storms were re-measured at " +
   "16:29–16:48, after the memory work described below; the data path at 15:13; the iptables " +

@@ -12,11 +12,12 @@
 
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { renderFull } from "../../backends/iptables/render.ts";
+import { renderPartialSync } from "../../backends/iptables/partial.ts";
 import type { IptablesVariant } from "../../backends/iptables/detect.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
-import { benchPlan, type SyncBenchRow } from "./plan.ts";
-import { timeFullThenOneChange } from "./harness.ts";
-import { HostExecutor, NetnsExecutor } from "../netns.ts";
+import { benchPlan, moveEndpoints, type SyncBenchRow } from "./plan.ts";
+import { PatientExecutor, timeFullThenOneChange } from "./harness.ts";
+import { HostExecutor } from "../netns.ts";
 
 /** One measurement: a backend variant at one size. */
 export type BenchRow = SyncBenchRow;
@@ -57,7 +58,7 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
         const config = defaultConfig("node-a");
         config.iptables.backend = variant;
         const backend = createIptablesBackend({
-          executor: new NetnsExecutor({ namespace, inner: host }),
+          executor: new PatientExecutor(namespace),
           config,
           families: ["IPv4"],
           nftChainsPerRestore: options.nftChainsPerRestore,
@@ -84,6 +85,95 @@ export async function benchIptables(options: BenchIptablesOptions): Promise<Benc
     }
   }
   return rows;
+}
+
+/** One partial iptables sync of `changed` service ports on a loaded table. */
+export interface PartialSyncRow {
+  variant: IptablesVariant;
+  services: number;
+  changed: number;
+  /** Nat chains the restore input declares. */
+  chains: number;
+  ms: number;
+  /** The backend turned it into a (chunked) full sync. */
+  full: boolean;
+  /** Why the restore failed (e.g. its 300 s timeout), when it did. */
+  error?: string;
+}
+
+/**
+ * What a partial sync costs as the change grows: loads `services` services
+ * once, then syncs `changed[i]` services whose endpoint moved, one size after
+ * the other, with partial syncs never turned into full ones (the backend's
+ * chain limit lifted). Answers what chunked partial syncs would cost an
+ * event storm.
+ */
+export async function benchPartialSizes(options: {
+  services: number;
+  endpointsPerService: number;
+  changed: number[];
+  variant?: IptablesVariant;
+}): Promise<PartialSyncRow[]> {
+  const variant = options.variant ?? "nft";
+  const host = new HostExecutor();
+  const namespace = `kp-ipt-bench-${crypto.randomUUID().slice(0, 8)}`;
+  const added = await host.run({ program: "ip", args: ["netns", "add", namespace] });
+  if (added.code !== 0) throw new Error(`Cannot create namespace ${namespace}: ${added.stderr}`);
+  try {
+    const config = defaultConfig("node-a");
+    config.iptables.backend = variant;
+    const backend = createIptablesBackend({
+      executor: new PatientExecutor(namespace),
+      config,
+      families: ["IPv4"],
+      nftChainsPerRestore: Infinity,
+    });
+    let plan = benchPlan(options.services, options.endpointsPerService);
+    await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+    const rows: PartialSyncRow[] = [];
+    for (const [i, count] of options.changed.entries()) {
+      const step = options.services / count;
+      const indexes = Array.from({ length: count }, (_, k) => Math.floor(k * step));
+      const next = moveEndpoints(plan, indexes, i + 1);
+      const changed = new Set(indexes.map((index) => next.services[index]!.id));
+      const chains = renderPartialSync({ previous: plan, next, changed }).commit
+        .reduce((sum, script) => sum + script.chainNames("nat").length, 0);
+      const start = performance.now();
+      try {
+        const result = await backend.sync({
+          plans: [next],
+          previous: [plan],
+          changed,
+          full: false,
+        });
+        rows.push({
+          variant,
+          services: options.services,
+          changed: count,
+          chains,
+          ms: performance.now() - start,
+          full: result.full,
+        });
+      } catch (error) {
+        // The table is in an unknown state now: report the failure and stop.
+        const message = error instanceof Error ? error.message : String(error);
+        rows.push({
+          variant,
+          services: options.services,
+          changed: count,
+          chains,
+          ms: performance.now() - start,
+          full: false,
+          error: message.split("\n")[0],
+        });
+        break;
+      }
+      plan = next;
+    }
+    return rows;
+  } finally {
+    await host.run({ program: "ip", args: ["netns", "del", namespace] });
+  }
 }
 
 if (import.meta.main) {

@@ -10,7 +10,16 @@
 import { main, type RunningApp } from "../../lib/commands/app.ts";
 import { FakeApiServer, writeKubeconfig } from "../testbed/fake_apiserver.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
-import { type ClusterSize, endpointIP, fillCluster, kproxyArgs, sliceObject } from "./cluster.ts";
+import { testCertificates } from "../../tests/support/tls.ts";
+import {
+  type ClusterSize,
+  endpointIP,
+  fillCluster,
+  kproxyArgs,
+  type ObjectShape,
+  servicePortIdOf,
+  sliceObject,
+} from "./cluster.ts";
 import { median, TimingExecutor, waitFor, withNamespace } from "./harness.ts";
 import { histogramTotals } from "../../lib/shell/metrics.ts";
 
@@ -42,7 +51,8 @@ async function withKproxy<T>(
   fn: (harness: Harness) => Promise<T>,
 ): Promise<T> {
   return await withNamespace(`lat-${mode.slice(0, 3)}`, async (namespace) => {
-    const server = await FakeApiServer.start();
+    // HTTPS, as a real apiserver serves (the watch events' TLS is part of the latency).
+    const server = await FakeApiServer.start({ tls: await testCertificates() });
     fillCluster(server, size);
     const kubeconfig = await writeKubeconfig(server);
     const executor = new TimingExecutor(namespace);
@@ -75,11 +85,26 @@ async function withKproxy<T>(
   });
 }
 
-/** True when the applied plan gives service `index` its generation-`generation` endpoint 0. */
-function appliedHas(app: RunningApp, index: number, ip: string): boolean {
-  const plan = app.proxier.lastSynced?.ipv4;
-  const service = plan?.services.find((s) => s.name === `svc-${String(index).padStart(6, "0")}`);
-  return service?.internal.endpoints.some((endpoint) => endpoint.ip === ip) ?? false;
+/**
+ * True when the applied plan gives service `index` the endpoint `ip`. A binary
+ * search on the sorted ids: this runs every millisecond in kproxy's process.
+ */
+function appliedHas(app: RunningApp, size: ClusterSize, index: number, ip: string): boolean {
+  const services = app.proxier.lastSynced?.ipv4.services ?? [];
+  const id = servicePortIdOf(index, size.shape);
+  let low = 0;
+  let high = services.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (services[middle]!.id < id) low = middle + 1;
+    else high = middle;
+  }
+  const service = services[low];
+  return service?.id === id && service.internal.endpoints.some((endpoint) => endpoint.ip === ip);
+}
+
+function shapeOf(size: ClusterSize): ObjectShape {
+  return size.shape ?? "realistic";
 }
 
 /** One-change latency at one size and mode. */
@@ -87,6 +112,8 @@ export interface ChangeRow {
   mode: BenchMode;
   services: number;
   endpointsPerService: number;
+  /** Shape of the API objects served; absent in runs before 2026-11-26 (minimal). */
+  shape?: ObjectShape;
   /** Changes measured. */
   samples: number;
   /** Median wall time from the slice update to the end of the rule-loading command. */
@@ -128,9 +155,12 @@ export async function benchChange(options: {
       const ip = endpointIP(index, 0, size.endpointsPerService, generation);
       const before = { npd: await npd(), syncs: await syncs() };
       const t0 = performance.now();
-      server.upsert("endpointslices", sliceObject(index, size.endpointsPerService, generation));
+      server.upsert(
+        "endpointslices",
+        sliceObject(index, size.endpointsPerService, generation, shapeOf(size)),
+      );
       await waitFor(
-        async () => (await syncs()).count > before.syncs.count && appliedHas(app, index, ip),
+        async () => (await syncs()).count > before.syncs.count && appliedHas(app, size, index, ip),
         `change ${k} to reach the kernel`,
         { timeoutMs: 60_000, intervalMs: 1 },
       );
@@ -153,6 +183,7 @@ export async function benchChange(options: {
       mode,
       services: size.services,
       endpointsPerService: size.endpointsPerService,
+      shape: shapeOf(size),
       samples,
       wallMs: median(wall),
       metricMs: median(metric),
@@ -168,6 +199,8 @@ export interface StormRow {
   mode: BenchMode;
   services: number;
   endpointsPerService: number;
+  /** Shape of the API objects served; absent in runs before 2026-11-26 (minimal). */
+  shape?: ObjectShape;
   /** EndpointSlice updates sent. */
   changes: number;
   /** Time over which they were sent. */
@@ -234,16 +267,23 @@ export async function benchStorm(options: {
       const wait = due - performance.now();
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       for (let k = 0; k < perBatch && sent < changes; k++, sent++) {
-        server.upsert("endpointslices", sliceObject(sent, size.endpointsPerService, 1));
+        server.upsert(
+          "endpointslices",
+          sliceObject(sent, size.endpointsPerService, 1, shapeOf(size)),
+        );
       }
     }
     const sendMs = performance.now() - t0;
     const last = changes - 1;
     const lastIP = endpointIP(last, 0, size.endpointsPerService, 1);
-    await waitFor(() => appliedHas(app, last, lastIP), "the last change to reach the kernel", {
-      timeoutMs: 600_000,
-      intervalMs: 5,
-    });
+    await waitFor(
+      () => appliedHas(app, size, last, lastIP),
+      "the last change to reach the kernel",
+      {
+        timeoutMs: 600_000,
+        intervalMs: 5,
+      },
+    );
     const totalMs = (executor.lastApply()?.endedAt ?? performance.now()) - t0;
     const during = executor.commands.slice(commandsBefore).filter((c) => c.applies);
     const maxSyncMs = Math.max(0, ...during.map((c) => c.endedAt - c.startedAt));
@@ -258,6 +298,7 @@ export async function benchStorm(options: {
       mode,
       services: size.services,
       endpointsPerService: size.endpointsPerService,
+      shape: shapeOf(size),
       changes,
       sendMs,
       syncs: (await syncs()) - before.syncs,

@@ -11,13 +11,15 @@
  * deno task bench --only=takeover                # the takeover gap from each kube-proxy mode
  * deno task bench --from-json=/tmp/kp-bench.json  # re-render the docs from a saved run
  * deno task bench --only=manifests --manifests-before=/tmp/old-checkout  # kproxy plan on a dump, old vs new
+ * deno task bench --only=startup --sizes=1000,10000,100000 --runs=3  # medians of 3 processes
+ * deno task bench --only=change --objects=minimal  # the objects of runs before 2026-11-26
  * ```
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { benchIptables } from "./iptables.ts";
+import { benchIptables, benchPartialSizes } from "./iptables.ts";
 import { benchNftables } from "./nftables.ts";
 import { benchPlan } from "./plan.ts";
 import { loadIptablesBaseline } from "./baseline.ts";
@@ -25,7 +27,7 @@ import { benchChange, benchStorm } from "./latency.ts";
 import { benchFloor, benchProcess } from "./process.ts";
 import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
-import { benchManifests } from "./manifests.ts";
+import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
@@ -36,6 +38,7 @@ import {
   renderTable,
 } from "./report.ts";
 import { NAMESPACE_PREFIX } from "./harness.ts";
+import { OBJECT_SHAPES, type ObjectShape } from "./cluster.ts";
 
 /** The sections a run can measure. */
 export const SECTIONS = [
@@ -78,6 +81,10 @@ const DOCS = new URL("../../docs/", import.meta.url);
 const ENDPOINTS_PER_SERVICE = 10;
 /** Largest size at which the quadratic upstream-style nftables layout is loaded. */
 const NFT_BASELINE_MAX = 10_000;
+/** Largest size at which the data path loads the iptables ruleset too. */
+const IPTABLES_DATAPATH_MAX = 30_000;
+/** Changed services per partial iptables sync measured in the storm section. */
+const PARTIAL_SIZES = [10, 30, 100, 170, 300, 1000];
 /** A baseline load slower than this is stopped and reported as such. */
 const BASELINE_TIMEOUT_MS = 180_000;
 
@@ -96,6 +103,10 @@ export interface BenchOptions {
   only: boolean;
   /** Another kproxy checkout whose `kproxy plan` the manifests section measures too. */
   manifestsBefore?: string;
+  /** Shape of the API objects the fake apiserver serves and the dumps hold. */
+  objects: ObjectShape;
+  /** Fresh kproxy processes per size in the start-up and memory section (medians). */
+  runs: number;
 }
 
 /** Parses the bench's flags. */
@@ -111,8 +122,20 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       "fullsync-modes": { type: "string", default: "nftables,iptables,iptables-baseline" },
       modes: { type: "string", default: "nftables,iptables" },
       "manifests-before": { type: "string" },
+      objects: { type: "string", default: "realistic" },
+      runs: { type: "string", default: "1" },
     },
   });
+  const objects = values.objects as ObjectShape;
+  if (!OBJECT_SHAPES.includes(objects)) {
+    throw new Error(
+      `Cannot parse --objects ${values.objects}: "${objects}" is not one of ${OBJECT_SHAPES}`,
+    );
+  }
+  const runs = Number(values.runs);
+  if (!Number.isInteger(runs) || runs < 1) {
+    throw new Error(`Cannot parse --runs ${values.runs}: want an integer ≥ 1`);
+  }
   const sizes = values.sizes
     ? values.sizes.split(",").map((s) => Number(s.trim()))
     : values.quick
@@ -145,6 +168,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     }),
     only: values.only !== undefined,
     manifestsBefore: values["manifests-before"],
+    objects,
+    runs,
   };
 }
 
@@ -152,7 +177,7 @@ function log(text: string): void {
   console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${text}`);
 }
 
-/** Sizes for the start-up and memory sections: 10k and up (else the largest size). */
+/** Sizes for the data path: 10k and up (else the largest size). */
 function largeSizes(sizes: number[]): number[] {
   const large = sizes.filter((n) => n >= 10_000);
   return large.length > 0 ? large : [Math.max(...sizes)];
@@ -178,7 +203,11 @@ async function section(
 /** Runs the chosen sections and returns everything measured. */
 export async function runBench(options: BenchOptions): Promise<BenchResults> {
   const { sizes, sections } = options;
-  const size = (services: number) => ({ services, endpointsPerService: ENDPOINTS_PER_SERVICE });
+  const size = (services: number) => ({
+    services,
+    endpointsPerService: ENDPOINTS_PER_SERVICE,
+    shape: options.objects,
+  });
   const results: BenchResults = {
     date: new Date().toISOString(),
     machine: await describeMachine(),
@@ -201,13 +230,17 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
   const tenK = Math.min(10_000, Math.max(...sizes));
 
   if (has("fullsync") && options.fullsyncModes.includes("nftables")) {
-    await section(results, "full sync, nftables", async () => {
-      results.nftables = await benchNftables({
-        sizes,
-        endpointsPerService: ENDPOINTS_PER_SERVICE,
-        baselineMaxServices: NFT_BASELINE_MAX,
+    for (const services of sizes) {
+      await section(results, `full sync, nftables, ${services} services`, async () => {
+        results.nftables.push(
+          ...await benchNftables({
+            sizes: [services],
+            endpointsPerService: ENDPOINTS_PER_SERVICE,
+            baselineMaxServices: NFT_BASELINE_MAX,
+          }),
+        );
       });
-    });
+    }
   }
   if (has("fullsync") && options.fullsyncModes.includes("iptables")) {
     for (const variant of ["nft", "legacy"] as const) {
@@ -262,9 +295,11 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     await section(results, "floor process", async () => {
       results.floor = await benchFloor();
     });
-    for (const services of largeSizes(sizes)) {
+    for (const services of sizes) {
       await section(results, `start-up and memory, ${services} services`, async () => {
-        results.process.push(await benchProcess({ mode: "nftables", size: size(services) }));
+        results.process.push(
+          await benchProcess({ mode: "nftables", size: size(services), runs: options.runs }),
+        );
       });
     }
   }
@@ -276,11 +311,26 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
         );
       });
     }
+    if (options.modes.includes("iptables")) {
+      await section(results, "event storm, iptables partial syncs by size", async () => {
+        results.iptablesPartial = await benchPartialSizes({
+          services: tenK,
+          endpointsPerService: ENDPOINTS_PER_SERVICE,
+          changed: PARTIAL_SIZES.filter((count) => count <= tenK),
+        });
+      });
+    }
   }
   if (has("datapath")) {
-    await section(results, "data path", async () => {
-      results.datapath = await benchDatapath({ services: tenK, rounds: 300 });
-    });
+    for (const services of largeSizes(sizes)) {
+      await section(results, `data path, ${services} services`, async () => {
+        // iptables at 100k: over a million chains, hours of iptables-nft-restore to load and remove.
+        const modes = services <= IPTABLES_DATAPATH_MAX
+          ? ["nftables", "iptables"] as const
+          : ["nftables"] as const;
+        results.datapath.push(...await benchDatapath({ services, rounds: 300, modes }));
+      });
+    }
   }
   if (has("takeover")) {
     await section(results, "takeover and hand-back", async () => {
@@ -288,13 +338,19 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
     });
   }
   if (has("manifests")) {
-    await section(results, "manifests, kproxy plan on a dump", async () => {
-      results.manifests = await benchManifests({
-        size: size(tenK),
-        runs: 3,
-        before: options.manifestsBefore,
+    results.manifests = [];
+    for (const format of DUMP_FORMATS) {
+      await section(results, `manifests, kproxy plan on a ${format} dump`, async () => {
+        results.manifests!.push(
+          ...await benchManifests({
+            size: size(tenK),
+            runs: 3,
+            before: options.manifestsBefore,
+            formats: [format],
+          }),
+        );
       });
-    });
+    }
   }
   if (has("conntrack")) {
     await section(results, "conntrack reconcile", async () => {
@@ -312,7 +368,16 @@ async function leftoverNamespaces(): Promise<string[]> {
     .filter((name) => name.startsWith(NAMESPACE_PREFIX));
 }
 
-/** Replaces in `base` what `fresh` measured (the sections of `options`), errors included. */
+/** `base`'s rows without those `fresh` re-measured (same key), then `fresh`'s rows. */
+function replaceRows<R>(base: readonly R[], fresh: readonly R[], key: (row: R) => string): R[] {
+  const measured = new Set(fresh.map(key));
+  return [...base.filter((row) => !measured.has(key(row))), ...fresh];
+}
+
+/**
+ * Replaces in `base` what `fresh` measured (the rows of the sections, modes
+ * and sizes of `options`), errors included; rows of other sizes stay.
+ */
 export function merge(
   base: BenchResults,
   fresh: BenchResults,
@@ -320,30 +385,60 @@ export function merge(
 ): BenchResults {
   const merged: BenchResults = { ...base, date: fresh.date, machine: fresh.machine };
   const has = (s: Section) => options.sections.includes(s);
+  const sized = (row: { services: number }) => String(row.services);
+  const variantAt = (row: { variant: string; services: number }) =>
+    `${row.variant} ${row.services}`;
+  const modeAt = (row: { mode: string; services: number }) => `${row.mode} ${row.services}`;
   if (has("fullsync")) {
-    if (options.fullsyncModes.includes("nftables")) merged.nftables = fresh.nftables;
-    if (options.fullsyncModes.includes("iptables")) merged.iptables = fresh.iptables;
+    if (options.fullsyncModes.includes("nftables")) {
+      merged.nftables = replaceRows(base.nftables, fresh.nftables, variantAt);
+    }
+    if (options.fullsyncModes.includes("iptables")) {
+      merged.iptables = replaceRows(base.iptables, fresh.iptables, variantAt);
+    }
     if (options.fullsyncModes.includes("iptables-baseline")) {
-      merged.iptablesBaseline = fresh.iptablesBaseline;
+      merged.iptablesBaseline = replaceRows(
+        base.iptablesBaseline,
+        fresh.iptablesBaseline,
+        variantAt,
+      );
     }
   }
-  const otherModes = <R extends { mode: string }>(rows: R[]) =>
-    rows.filter((row) => !options.modes.includes(row.mode as "nftables" | "iptables"));
-  if (has("change")) merged.change = [...otherModes(base.change), ...fresh.change];
+  if (has("change")) merged.change = replaceRows(base.change, fresh.change, modeAt);
   if (has("startup") || has("memory")) {
-    merged.process = fresh.process;
-    merged.floor = fresh.floor;
+    merged.process = replaceRows(base.process, fresh.process, modeAt);
+    merged.floor = fresh.floor ?? base.floor;
   }
-  if (has("storm")) merged.storm = [...otherModes(base.storm), ...fresh.storm];
-  if (has("datapath")) merged.datapath = fresh.datapath;
+  if (has("storm")) {
+    merged.storm = replaceRows(base.storm, fresh.storm, modeAt);
+    merged.iptablesPartial = replaceRows(
+      base.iptablesPartial ?? [],
+      fresh.iptablesPartial ?? [],
+      (row) => `${row.variant} ${row.services} ${row.changed}`,
+    );
+  }
+  if (has("datapath")) {
+    merged.datapath = replaceRows(
+      base.datapath,
+      fresh.datapath,
+      (row) => `${modeAt(row)} ${row.target}`,
+    );
+  }
   if (has("takeover")) merged.takeover = fresh.takeover;
-  if (has("manifests")) merged.manifests = fresh.manifests;
+  if (has("manifests")) {
+    merged.manifests = replaceRows(
+      base.manifests ?? [],
+      fresh.manifests ?? [],
+      (row) => `${row.format} ${sized(row)}`,
+    );
+  }
   if (has("conntrack")) merged.conntrack = fresh.conntrack;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,
   ];
   merged.sections = [...new Set([...base.sections, ...fresh.sections])];
+  merged.sizes = [...new Set([...base.sizes, ...fresh.sizes])].sort((a, b) => a - b);
   return merged;
 }
 

@@ -2,7 +2,8 @@
  * Manifests loading: `kproxy plan --manifests DIR` (as `deno task plan` runs it)
  * on the bench cluster dumped into one file: as multi-document YAML, and as
  * `kubectl get -o yaml` and `-o json` print it (`kind: List`; YAML sequences
- * not indented, JSON indented by four spaces). Each run
+ * not indented, JSON indented by four spaces). Realistic objects lose their
+ * managedFields, as `kubectl get` hides them by default. Each run
  * is a fresh process, timed from spawn to exit; peak RSS is the child's
  * `ru_maxrss` (python3 `getrusage(RUSAGE_CHILDREN)`). Medians of the runs. With
  * `before`, the same loads run in another checkout (the code before a change)
@@ -12,7 +13,7 @@
  */
 
 import { dump } from "js-yaml";
-import { type ClusterSize, serviceObject, sliceObject } from "./cluster.ts";
+import { type ClusterSize, type ObjectShape, serviceObject, sliceObject } from "./cluster.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -32,6 +33,8 @@ export interface ManifestsRow extends LoadFigures {
   format: DumpFormat;
   services: number;
   endpointsPerService: number;
+  /** Shape of the dumped objects; absent in runs before 2026-11-26 (minimal). */
+  shape?: ObjectShape;
   /** Size of the dump file. */
   bytes: number;
   runs: number;
@@ -39,7 +42,14 @@ export interface ManifestsRow extends LoadFigures {
   before?: LoadFigures & { checkout: string };
 }
 
+/** An object as `kubectl get` prints it: without managedFields. */
+function asKubectlPrints(object: Record<string, any>): Record<string, unknown> {
+  const { managedFields: _, ...metadata } = object.metadata;
+  return { ...object, metadata };
+}
+
 function dumpObjects(size: ClusterSize): Record<string, unknown>[] {
+  const shape = size.shape ?? "realistic";
   const objects: Record<string, unknown>[] = [{
     apiVersion: "v1",
     kind: "Node",
@@ -48,11 +58,15 @@ function dumpObjects(size: ClusterSize): Record<string, unknown>[] {
     status: { addresses: [{ type: "InternalIP", address: "10.201.0.1" }] },
   }];
   for (let i = 0; i < size.services; i++) {
-    objects.push({ apiVersion: "v1", kind: "Service", ...serviceObject(i) });
+    objects.push({
+      apiVersion: "v1",
+      kind: "Service",
+      ...asKubectlPrints(serviceObject(i, shape)),
+    });
     objects.push({
       apiVersion: "discovery.k8s.io/v1",
       kind: "EndpointSlice",
-      ...sliceObject(i, size.endpointsPerService),
+      ...asKubectlPrints(sliceObject(i, size.endpointsPerService, 0, shape)),
     });
   }
   return objects;
@@ -76,15 +90,18 @@ export async function writeDump(dir: string, size: ClusterSize, format: DumpForm
   return new TextEncoder().encode(text).length;
 }
 
-/** Runs a command, output discarded; returns its wall seconds and peak RSS in KiB. */
+/**
+ * Runs a command, output discarded; returns its wall seconds and peak RSS in
+ * KiB. Fails when kproxy refused the dump (it then prints an empty plan).
+ */
 const MEASURE = `
 import resource, subprocess, sys, time
 start = time.monotonic()
 done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 wall = time.monotonic() - start
-if done.returncode != 0:
+if done.returncode != 0 or b"Refusing manifest" in done.stderr:
     sys.stderr.write(done.stderr.decode(errors="replace")[-2000:])
-    sys.exit(done.returncode)
+    sys.exit(done.returncode or 3)
 print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 `;
 
@@ -134,15 +151,20 @@ async function loads(checkout: string, dir: string, runs: number): Promise<LoadF
   };
 }
 
+/** Every {@linkcode DumpFormat}. */
+export const DUMP_FORMATS: readonly DumpFormat[] = ["yaml", "yaml-list", "json"];
+
 /** Measures `kproxy plan` on a dump of `size` in each format. */
 export async function benchManifests(options: {
   size: ClusterSize;
   runs: number;
   /** Another checkout of kproxy to measure the same loads with. */
   before?: string;
+  /** @default {DUMP_FORMATS} */
+  formats?: readonly DumpFormat[];
 }): Promise<ManifestsRow[]> {
   const rows: ManifestsRow[] = [];
-  for (const format of ["yaml", "yaml-list", "json"] as const) {
+  for (const format of options.formats ?? DUMP_FORMATS) {
     const dir = await Deno.makeTempDir({ prefix: "kp-bench-manifests-" });
     try {
       const bytes = await writeDump(dir, options.size, format);
@@ -151,6 +173,7 @@ export async function benchManifests(options: {
         format,
         services: options.size.services,
         endpointsPerService: options.size.endpointsPerService,
+        shape: options.size.shape ?? "realistic",
         bytes,
         runs: options.runs,
         ...after,

@@ -18,8 +18,8 @@ import { renderFull } from "../../backends/nftables/render.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { benchPlan, type SyncBenchRow } from "./plan.ts";
-import { median, timeFullThenOneChange } from "./harness.ts";
-import { HostExecutor, NetnsExecutor } from "../netns.ts";
+import { median, PatientExecutor, timeFullThenOneChange } from "./harness.ts";
+import { HostExecutor } from "../netns.ts";
 
 /** One measurement: a layout at one size. */
 export interface BenchRow extends SyncBenchRow {
@@ -119,7 +119,7 @@ async function benchBackend(
     runs.push(
       await inNamespace(host, async (namespace) => {
         const backend = createNftablesBackend({
-          executor: new NetnsExecutor({ namespace, inner: host }),
+          executor: new PatientExecutor(namespace),
           config: defaultConfig("node-a"),
           families: ["IPv4"],
         });

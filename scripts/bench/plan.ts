@@ -81,6 +81,25 @@ export function benchPlan(
   };
 }
 
+/**
+ * `plan` with the first endpoint of each service at `indexes` moved to a
+ * fresh address of `generation` (≥ 1), as a storm of EndpointSlice updates
+ * leaves it; the other service entries are the same objects.
+ */
+export function moveEndpoints(plan: Plan, indexes: Iterable<number>, generation: number): Plan {
+  const services = [...plan.services];
+  for (const index of indexes) {
+    const service = services[index]!;
+    const address = (1 << 22) + ((generation - 1) << 19) + index;
+    const [first, ...rest] = service.internal.endpoints;
+    const moved = endpoint(address, first!.nodeName);
+    const endpoints = [moved, ...rest].sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
+    const traffic = { ...service.internal, endpoints };
+    services[index] = { ...service, internal: traffic, external: traffic };
+  }
+  return { ...plan, services };
+}
+
 /** One sync measurement of a backend variant at one size. */
 export interface SyncBenchRow {
   backend: string;

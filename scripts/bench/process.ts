@@ -9,8 +9,8 @@
  * @module
  */
 
-import { type ClusterSize, kproxyArgs } from "./cluster.ts";
-import { withNamespace } from "./harness.ts";
+import { type ClusterSize, kproxyArgs, type ObjectShape } from "./cluster.ts";
+import { median, withNamespace } from "./harness.ts";
 import type { BenchMode } from "./latency.ts";
 import { V8_FLAGS } from "../compile.ts";
 
@@ -25,10 +25,22 @@ export interface ProcessRow {
   mode: BenchMode;
   services: number;
   endpointsPerService: number;
+  /** Shape of the API objects served; absent in runs before 2026-11-26 (minimal). */
+  shape?: ObjectShape;
+  /** Fresh processes measured; the figures are their medians. Absent: 1. */
+  runs?: number;
+  /** The fake apiserver served HTTPS (absent in runs before 2026-11-26: plain HTTP). */
+  https?: boolean;
   /** From spawning the process to the end of its first successful sync. */
   startupMs: number;
+  /** From spawning the process to its "Initial lists complete" log line. */
+  listedMs?: number;
   /** VmHWM after the first sync and a few changes-free seconds, in MiB. */
   peakRssMiB: number;
+  /** Every run's peak RSS, in MiB. */
+  peakRssRunsMiB?: number[];
+  /** VmHWM read as the initial lists completed, in MiB. */
+  peakAtListedMiB?: number;
   /** VmRSS at the same moment, in MiB. */
   rssMiB: number;
   /** Time the fake apiserver took to serve a full paged list of Services and EndpointSlices. */
@@ -49,12 +61,16 @@ export async function memoryOf(pid: number): Promise<{ peak: number; rss: number
   return { peak: field("VmHWM") / 1024, rss: field("VmRSS") / 1024 };
 }
 
-/** Reads lines from a stream until `match` returns a value; keeps draining afterwards. */
+/**
+ * Reads lines from a stream until `match` returns a value; keeps draining
+ * afterwards (handing every line to `onLine`).
+ */
 async function firstLine<T>(
   stream: ReadableStream<Uint8Array>,
   match: (line: string) => T | undefined,
   timeoutMs: number,
   what: string,
+  onLine?: (line: string) => void,
 ): Promise<T> {
   const lines = stream.pipeThrough(new TextDecoderStream()).getReader();
   const found = Promise.withResolvers<T>();
@@ -74,6 +90,7 @@ async function firstLine<T>(
       const parts = buffer.split("\n");
       buffer = parts.pop() ?? "";
       for (const line of parts) {
+        onLine?.(line);
         if (matched) continue;
         tail.push(line);
         if (tail.length > 20) tail.shift();
@@ -110,16 +127,54 @@ async function stopChild(child: Deno.ChildProcess, signal: Deno.Signal): Promise
   clearTimeout(timer);
 }
 
+/** One kproxy process's start-up and memory. */
+type ProcessRun = Pick<
+  ProcessRow,
+  "startupMs" | "listedMs" | "peakRssMiB" | "peakAtListedMiB" | "rssMiB" | "listFloorMs"
+>;
+
 /**
- * Starts a fake apiserver and then kproxy in one namespace, times kproxy's
- * start to its "Programmed the initial" log line, waits `settleMs` and reads
- * its peak RSS.
+ * Starts a fake apiserver and then kproxy in one namespace, `runs` times
+ * (a fresh namespace and processes each time), times kproxy's start to its
+ * "Initial lists complete" and "Programmed the initial" log lines, waits
+ * `settleMs` and reads its peak RSS. The row holds the medians.
  */
 export async function benchProcess(options: {
   mode: BenchMode;
   size: ClusterSize;
   settleMs?: number;
+  /** @default {1} */
+  runs?: number;
+  /** Serve HTTPS, as a real apiserver. @default {true} */
+  https?: boolean;
 }): Promise<ProcessRow> {
+  const runs: ProcessRun[] = [];
+  for (let run = 0; run < (options.runs ?? 1); run++) runs.push(await processRun(options));
+  const middle = (pick: (run: ProcessRun) => number | undefined) =>
+    median(runs.map(pick).filter((value): value is number => value !== undefined));
+  return {
+    mode: options.mode,
+    services: options.size.services,
+    endpointsPerService: options.size.endpointsPerService,
+    shape: options.size.shape ?? "realistic",
+    runs: runs.length,
+    https: options.https ?? true,
+    startupMs: middle((run) => run.startupMs),
+    listedMs: middle((run) => run.listedMs),
+    peakRssMiB: middle((run) => run.peakRssMiB),
+    peakRssRunsMiB: runs.map((run) => run.peakRssMiB),
+    peakAtListedMiB: middle((run) => run.peakAtListedMiB),
+    rssMiB: middle((run) => run.rssMiB),
+    listFloorMs: middle((run) => run.listFloorMs),
+  };
+}
+
+async function processRun(options: {
+  mode: BenchMode;
+  size: ClusterSize;
+  settleMs?: number;
+  https?: boolean;
+}): Promise<ProcessRun> {
   const { mode, size } = options;
   return await withNamespace(`proc-${mode.slice(0, 3)}`, async (namespace) => {
     const kubeconfig = await Deno.makeTempFile({ prefix: `${namespace}-`, suffix: ".kubeconfig" });
@@ -134,6 +189,8 @@ export async function benchProcess(options: {
         APISERVER,
         `--services=${size.services}`,
         `--endpoints=${size.endpointsPerService}`,
+        `--objects=${size.shape ?? "realistic"}`,
+        ...(options.https ?? true) ? ["--tls"] : [],
         `--kubeconfig=${kubeconfig}`,
       ],
       cwd: ROOT,
@@ -147,7 +204,7 @@ export async function benchProcess(options: {
       const listFloorMs = await firstLine(
         apiserver.stdout,
         (line) => line.startsWith("ready ") ? Number(line.split(" ")[2]) : undefined,
-        300_000,
+        600_000,
         "the fake apiserver",
       );
       const startedAt = performance.now();
@@ -171,21 +228,29 @@ export async function benchProcess(options: {
         stdout: "null",
         stderr: "piped",
       }).spawn();
+      const pid = kproxy.pid;
+      let listed: Promise<{ at: number; peak: number }> | undefined;
       await firstLine(
         kproxy.stderr,
         (line) => line.includes("Programmed the initial") ? true : undefined,
-        600_000,
+        1_800_000,
         "kproxy's first sync",
+        (line) => {
+          if (listed === undefined && line.includes("Initial lists complete")) {
+            const at = performance.now() - startedAt;
+            listed = memoryOf(pid).then((memory) => ({ at, peak: memory.peak }));
+          }
+        },
       );
       const startupMs = performance.now() - startedAt;
+      const atListed = await listed;
       await new Promise((resolve) => setTimeout(resolve, options.settleMs ?? 3000));
-      const memory = await memoryOf(kproxy.pid);
+      const memory = await memoryOf(pid);
       return {
-        mode,
-        services: size.services,
-        endpointsPerService: size.endpointsPerService,
         startupMs,
+        listedMs: atListed?.at,
         peakRssMiB: memory.peak,
+        peakAtListedMiB: atListed?.peak,
         rssMiB: memory.rss,
         listFloorMs,
       };

@@ -69,16 +69,29 @@ export type ApiObject = Record<string, any>;
 /** A watch event type as the apiserver sends it. */
 export type WatchEventType = "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR";
 
+/**
+ * An object as stored: its JSON text (what lists and watches send, and small
+ * for the garbage collector to walk at 100k objects) and the metadata
+ * selectors read.
+ */
+interface StoredObject {
+  json: string;
+  metadata: { namespace?: string; name?: string; labels?: Record<string, string> };
+}
+
 interface HistoryEntry {
   rv: number;
   resource: Resource;
   type: "ADDED" | "MODIFIED" | "DELETED";
-  object: ApiObject;
+  object: StoredObject;
 }
+
+/** Whether an object's metadata matches a request's label and field selectors. */
+type Selector = (object: { metadata?: StoredObject["metadata"] }) => boolean;
 
 interface OpenWatch {
   resource: Resource;
-  selector: (object: ApiObject) => boolean;
+  selector: Selector;
   controller: ReadableStreamDefaultController<Uint8Array>;
   stalled: boolean;
   closed: boolean;
@@ -113,6 +126,11 @@ function keyOf(object: ApiObject): string {
   return `${object.metadata?.namespace ?? ""}/${object.metadata?.name ?? ""}`;
 }
 
+function storedOf(object: ApiObject): StoredObject {
+  const { namespace, name, labels } = object.metadata ?? {};
+  return { json: JSON.stringify(object), metadata: { namespace, name, labels } };
+}
+
 function status(code: number, reason: string, message: string): ApiObject {
   return {
     kind: "Status",
@@ -132,7 +150,7 @@ function jsonResponse(code: number, body: unknown): Response {
   });
 }
 
-function parseSelector(labelSelector: string, fieldSelector: string): (o: ApiObject) => boolean {
+function parseSelector(labelSelector: string, fieldSelector: string): Selector {
   const labelTerms = labelSelector.split(",").map((t) => t.trim()).filter((t) => t !== "");
   const fieldTerms = fieldSelector.split(",").map((t) => t.trim()).filter((t) => t !== "");
   return (object) => {
@@ -170,12 +188,14 @@ export class FakeApiServer {
   #tls: { cert: string; key: string; ca: string } | undefined;
   #rv = 1;
   #compactedBefore = 0;
-  #objects: Record<Resource, Map<string, ApiObject>> = {
+  #objects: Record<Resource, Map<string, StoredObject>> = {
     services: new Map(),
     endpointslices: new Map(),
     nodes: new Map(),
     servicecidrs: new Map(),
   };
+  /** Objects sorted by key, per resource and selectors, until the resource changes. */
+  #sorted = new Map<Resource, Map<string, StoredObject[]>>();
   #history: HistoryEntry[] = [];
   #watches = new Set<OpenWatch>();
   #failures: { count: number; status: number } = { count: 0, status: 500 };
@@ -239,27 +259,41 @@ export class FakeApiServer {
   /** Returns a stored object (a copy), or undefined. */
   get(resource: Resource, name: string, namespace = ""): ApiObject | undefined {
     const object = this.#objects[resource].get(`${namespace}/${name}`);
-    return object ? structuredClone(object) : undefined;
+    return object ? JSON.parse(object.json) : undefined;
   }
 
   /** Lists stored objects (copies). */
   list(resource: Resource): ApiObject[] {
-    return [...this.#objects[resource].values()].map((o) => structuredClone(o));
+    return [...this.#objects[resource].values()].map((o) => JSON.parse(o.json));
   }
 
   /** Creates or replaces an object; sets its resourceVersion and notifies watches. Returns the stored copy. */
   upsert(resource: Resource, object: ApiObject): ApiObject {
-    const stored: ApiObject = structuredClone(object);
+    return JSON.parse(this.#store(resource, JSON.parse(JSON.stringify(object))).json);
+  }
+
+  /**
+   * Upserts many objects, taking them over instead of copying them (do not
+   * change them afterwards) and returning nothing: loads a large cluster fast.
+   */
+  load(resource: Resource, objects: Iterable<ApiObject>): void {
+    for (const object of objects) this.#store(resource, object);
+  }
+
+  #store(resource: Resource, stored: ApiObject): StoredObject {
     stored.kind ??= OBJECT_KINDS[resource];
     stored.apiVersion ??= LIST_TYPES[resource].apiVersion;
     stored.metadata = { ...(stored.metadata ?? {}) };
     const key = keyOf(stored);
     const existing = this.#objects[resource].get(key);
-    stored.metadata.uid ??= existing?.metadata?.uid ?? crypto.randomUUID();
+    stored.metadata.uid ??= existing ? JSON.parse(existing.json).metadata?.uid : undefined;
+    stored.metadata.uid ??= crypto.randomUUID();
     stored.metadata.resourceVersion = String(++this.#rv);
-    this.#objects[resource].set(key, stored);
-    this.#record(resource, existing ? "MODIFIED" : "ADDED", stored);
-    return structuredClone(stored);
+    const entry = storedOf(stored);
+    this.#objects[resource].set(key, entry);
+    this.#sorted.delete(resource);
+    this.#record(resource, existing ? "MODIFIED" : "ADDED", entry);
+    return entry;
   }
 
   /** Alias of {@linkcode upsert} that reads better in tests creating objects. */
@@ -278,9 +312,10 @@ export class FakeApiServer {
     const existing = this.#objects[resource].get(key);
     if (!existing) return false;
     this.#objects[resource].delete(key);
-    const deleted = structuredClone(existing);
+    this.#sorted.delete(resource);
+    const deleted = JSON.parse(existing.json);
     deleted.metadata.resourceVersion = String(++this.#rv);
-    this.#record(resource, "DELETED", deleted);
+    this.#record(resource, "DELETED", storedOf(deleted));
     return true;
   }
 
@@ -364,13 +399,13 @@ export class FakeApiServer {
   bookmark(resource?: Resource): void {
     for (const watch of this.#watches) {
       if (resource && watch.resource !== resource) continue;
-      this.#send(watch, {
-        type: "BOOKMARK",
-        object: {
+      this.#send(watch, "BOOKMARK", {
+        json: JSON.stringify({
           kind: OBJECT_KINDS[watch.resource],
           apiVersion: LIST_TYPES[watch.resource].apiVersion,
           metadata: { resourceVersion: this.resourceVersion },
-        },
+        }),
+        metadata: {},
       });
     }
   }
@@ -413,20 +448,20 @@ export class FakeApiServer {
     this.#port = this.#server.addr.port;
   }
 
-  #record(resource: Resource, type: HistoryEntry["type"], object: ApiObject): void {
+  #record(resource: Resource, type: HistoryEntry["type"], object: StoredObject): void {
     const entry = { rv: this.#rv, resource, type, object };
     this.#history.push(entry);
     for (const watch of this.#watches) {
       if (watch.resource === resource && watch.selector(object)) {
-        this.#send(watch, { type, object });
+        this.#send(watch, type, object);
       }
     }
   }
 
-  #send(watch: OpenWatch, event: { type: WatchEventType; object: ApiObject }): void {
+  #send(watch: OpenWatch, type: WatchEventType, object: StoredObject): void {
     if (watch.closed || watch.stalled) return;
     try {
-      watch.controller.enqueue(encoder.encode(JSON.stringify(event) + "\n"));
+      watch.controller.enqueue(encoder.encode(`{"type":"${type}","object":${object.json}}\n`));
     } catch {
       this.#closeWatch(watch);
     }
@@ -471,15 +506,15 @@ export class FakeApiServer {
         status(404, "NotFound", `the server could not find ${url.pathname}`),
       );
     }
-    const selector = parseSelector(params.labelSelector ?? "", params.fieldSelector ?? "");
     if (params.watch === "1" || params.watch === "true") {
+      const selector = parseSelector(params.labelSelector ?? "", params.fieldSelector ?? "");
       return this.#watch(resource, selector, params);
     }
-    return this.#list(resource, selector, params);
+    return this.#list(resource, params);
   }
 
   /** Serves a list, in pages when `limit` is set (continue tokens carry the list's RV and offset). */
-  #list(resource: Resource, selector: (o: ApiObject) => boolean, params: Record<string, string>) {
+  #list(resource: Resource, params: Record<string, string>): Response {
     let listRV = this.#rv;
     let offset = 0;
     if (params.continue) {
@@ -495,20 +530,45 @@ export class FakeApiServer {
         return jsonResponse(410, status(410, "Expired", "the continue token has expired"));
       }
     }
-    const all = [...this.#objects[resource].entries()]
-      .sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)
-      .map(([, object]) => object)
-      .filter(selector);
+    const all = this.#sortedObjects(
+      resource,
+      params.labelSelector ?? "",
+      params.fieldSelector ?? "",
+    );
     const limit = Number(params.limit ?? "0");
     const end = limit > 0 ? Math.min(all.length, offset + limit) : all.length;
     const metadata: ApiObject = { resourceVersion: String(listRV) };
     if (end < all.length) metadata.continue = btoa(JSON.stringify({ rv: listRV, offset: end }));
-    return jsonResponse(200, { ...LIST_TYPES[resource], metadata, items: all.slice(offset, end) });
+    const { kind, apiVersion } = LIST_TYPES[resource];
+    const items = all.slice(offset, end).map((object) => object.json).join(",");
+    return new Response(
+      `{"kind":"${kind}","apiVersion":"${apiVersion}","metadata":${
+        JSON.stringify(metadata)
+      },"items":[${items}]}`,
+      { status: 200, headers: { "content-type": "application/json" } },
+    );
+  }
+
+  /** The objects of a resource matching the selectors, sorted by key; cached until it changes. */
+  #sortedObjects(resource: Resource, labelSelector: string, fieldSelector: string) {
+    let byQuery = this.#sorted.get(resource);
+    if (byQuery === undefined) this.#sorted.set(resource, byQuery = new Map());
+    const query = `${labelSelector}\n${fieldSelector}`;
+    let sorted = byQuery.get(query);
+    if (sorted === undefined) {
+      const selector = parseSelector(labelSelector, fieldSelector);
+      sorted = [...this.#objects[resource].entries()]
+        .sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)
+        .map(([, object]) => object)
+        .filter(selector);
+      byQuery.set(query, sorted);
+    }
+    return sorted;
   }
 
   #watch(
     resource: Resource,
-    selector: (o: ApiObject) => boolean,
+    selector: Selector,
     params: Record<string, string>,
   ): Response {
     const gone = this.#goneNext;
@@ -543,12 +603,12 @@ export class FakeApiServer {
         this.#watches.add(watch);
         if (from === 0) {
           for (const object of this.#objects[resource].values()) {
-            if (selector(object)) this.#send(watch, { type: "ADDED", object });
+            if (selector(object)) this.#send(watch, "ADDED", object);
           }
         } else {
           for (const entry of this.#history) {
             if (entry.resource === resource && entry.rv > from && selector(entry.object)) {
-              this.#send(watch, { type: entry.type, object: entry.object });
+              this.#send(watch, entry.type, entry.object);
             }
           }
         }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { merge, parseBenchArgs } from "../../scripts/bench/main.ts";
-import { benchPlan } from "../../scripts/bench/plan.ts";
+import { benchPlan, moveEndpoints } from "../../scripts/bench/plan.ts";
 import {
   type BenchResults,
   renderMarkdown,
@@ -108,17 +108,22 @@ function results(overrides: Partial<BenchResults> = {}): BenchResults {
   };
 }
 
-Deno.test("renderMarkdown() shows each figure beside its baseline and the nft floor", () => {
+Deno.test("renderMarkdown() shows each figure beside kube-proxy's, the layout model and the nft floor", () => {
   const markdown = renderMarkdown(results());
   assert.match(markdown, /Date of the latest run: 2026-11-23T12:00:00.000Z/);
   assert.match(
     markdown,
-    /\| nftables \| 1k \| 0.50 s \(render 80.0 ms\) \| – \| 1.00 s \| 2× \| 30.0 ms \| 12.0 ms \|/,
+    /\| nftables \| 1k \| 0.50 s \(render 80.0 ms\) \| – \| – \| 1.00 s \| 30.0 ms \| 12.0 ms \|/,
   );
   assert.match(
     markdown,
-    /\| iptables \(legacy\) \| 1k \| 1.50 s \(render 90.0 ms\) \| {2}\| 3.00 s \| 2.0× \| 60.0 ms \| {2}\|/,
+    /\| nftables \| 10k \| 2.90 s \(render 500 ms\) \| – \| 9.99 s \| – \| 140 ms \| 95.0 ms \|/,
   );
+  assert.match(
+    markdown,
+    /\| iptables \(legacy\) \| 1k \| 1.50 s \(render 90.0 ms\) \| {2}\| – \| 3.00 s \| 60.0 ms \| {2}\|/,
+  );
+  assert.match(markdown, /layout model: upstream-style ruleset, not kube-proxy/);
   assert.match(markdown, /\| nftables full sync 10k × 10 \| ≤ 3 s \| 2.90 s \| met \|/);
   assert.match(
     markdown,
@@ -138,7 +143,7 @@ Deno.test("renderMarkdown() shows a stopped baseline as a lower bound", () => {
       stopped: true,
     }],
   }));
-  assert.match(markdown, /\| > 180.00 s \(stopped\) \| > 120.0× \|/);
+  assert.match(markdown, /\| > 180.00 s \(stopped\) \| 60.0 ms \|/);
 });
 
 Deno.test("renderMarkdown() shows the conntrack reconcile beside its listing floor", () => {
@@ -238,7 +243,85 @@ Deno.test("merge() keeps what was not re-measured and drops errors of what was",
   ]);
   assert.equal(merged.nftables.length, base.nftables.length);
   assert.equal(merged.iptables.length, base.iptables.length);
-  assert.deepEqual(merged.iptablesBaseline, fresh.iptablesBaseline);
+  assert.deepEqual(merged.iptablesBaseline, [
+    ...base.iptablesBaseline,
+    ...fresh.iptablesBaseline,
+  ]);
+});
+
+Deno.test("merge() replaces only the rows of the sizes re-measured", () => {
+  const row = (services: number, peakRssMiB: number) => ({
+    mode: "nftables" as const,
+    services,
+    endpointsPerService: 10,
+    startupMs: 1000,
+    peakRssMiB,
+    rssMiB: peakRssMiB,
+    listFloorMs: 10,
+  });
+  const base = results({ sizes: [1000, 10000], process: [row(1000, 130), row(10000, 200)] });
+  const fresh = results({ sizes: [100000], process: [row(100000, 900)] });
+  const options = parseBenchArgs(["--only=startup", "--sizes=100000"]);
+  const merged = merge(base, fresh, options);
+  assert.deepEqual(merged.process.map((r) => [r.services, r.peakRssMiB]), [
+    [1000, 130],
+    [10000, 200],
+    [100000, 900],
+  ]);
+  assert.deepEqual(merged.sizes, [1000, 10000, 100000]);
+  const again = merge(merged, results({ process: [row(1000, 120)] }), options);
+  assert.deepEqual(again.process.map((r) => r.peakRssMiB), [200, 900, 120]);
+});
+
+Deno.test("renderMarkdown() checks issue 23's targets on realistic objects beside kube-proxy 1.36", () => {
+  const process = (services: number, peakRssMiB: number, startupMs: number) => ({
+    mode: "nftables" as const,
+    services,
+    endpointsPerService: 10,
+    shape: "realistic" as const,
+    startupMs,
+    peakRssMiB,
+    rssMiB: peakRssMiB,
+    listFloorMs: 10,
+  });
+  const markdown = renderMarkdown(results({
+    process: [process(1000, 120, 900), { ...process(10000, 140, 1900), shape: "minimal" }],
+    storm: [{
+      mode: "iptables",
+      services: 10000,
+      endpointsPerService: 10,
+      shape: "realistic",
+      changes: 10000,
+      sendMs: 9900,
+      syncs: 3,
+      fullSyncs: 2,
+      totalMs: 110_000,
+      maxSyncMs: 4400,
+      missing: 0,
+      stale: 0,
+    }],
+  }));
+  assert.match(
+    markdown,
+    /\| peak RSS, 1k services × 10 \| ≤ 90 MiB \| 130 MiB \| 120 MiB \| 105 MiB \| \*\*missed\*\* \|/,
+  );
+  assert.match(
+    markdown,
+    /\| peak RSS, 10k services × 10 \| ≤ 150 MiB \| 211 MiB \| 140 MiB \(minimal objects\) \| 424 MiB \| met \|/,
+  );
+  assert.match(
+    markdown,
+    /\| peak RSS, 100k services × 10 \| ≤ 1 GiB \| – \| not run \| – \| not run \|/,
+  );
+  assert.match(
+    markdown,
+    /\| start-up to first sync at 10k \| ≤ 2 s \| 2.6–4.5 s \| 1.90 s \(minimal objects\) \| 11.20 s \| met \|/,
+  );
+  assert.match(markdown, /110.00 s to converge, 3 syncs \(2 full\) \| – \| \*\*missed\*\* \|/);
+  assert.match(
+    markdown,
+    /\| nftables full sync, 100k × 10 \| ≤ 30 s, no step quadratic in services \| – \| not run \| 10k: 9.99 s \|/,
+  );
 });
 
 Deno.test("renderMarkdown() shows the manifests loads beside the code before, and their target", () => {
@@ -269,4 +352,28 @@ Deno.test("renderMarkdown() shows the manifests loads beside the code before, an
   assert.match(table, /ok kproxy plan, 10k × 10 dump \(yaml\)/);
   assert.match(table, /!! kproxy plan, 10k × 10 dump \(json\)/);
   assert.doesNotMatch(renderMarkdown(results()), /## Manifests/);
+});
+
+Deno.test("moveEndpoints() moves the first endpoint of the services named, and only theirs", () => {
+  const plan = benchPlan(20, 3);
+  const moved = moveEndpoints(plan, [2, 7], 1);
+  const differs = moved.services.filter((service, i) => service !== plan.services[i]);
+  assert.deepEqual(differs.map((service) => service.name), ["svc-000002", "svc-000007"]);
+  const ips = (i: number, p = moved) => p.services[i]!.internal.endpoints.map((e) => e.ip);
+  assert.equal(ips(2).filter((ip) => !ips(2, plan).includes(ip)).length, 1);
+  assert.deepEqual(ips(2), [...ips(2)].sort());
+});
+
+Deno.test("renderMarkdown() extrapolates a storm of chunked iptables partial syncs", () => {
+  const markdown = renderMarkdown(results({
+    iptablesPartial: [{
+      variant: "nft",
+      services: 1000,
+      changed: 100,
+      chains: 1300,
+      ms: 800,
+      full: false,
+    }],
+  }));
+  assert.match(markdown, /\| nft \| 1k \| 100 \| 1300 \| 800 ms \| 8\.0 ms \| 80\.00 s \| – \|/);
 });

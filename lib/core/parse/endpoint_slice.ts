@@ -29,6 +29,23 @@ import {
   wrap,
 } from "./fields.ts";
 
+/** How many distinct node and zone names {@linkcode shared} remembers before it starts over. */
+const SHARED_NAMES_LIMIT = 65_536;
+const sharedNames = new Map<string, string>();
+
+/**
+ * One string per distinct node or zone name: every endpoint on a node then
+ * refers to the same string instead of its own copy from `JSON.parse` (a
+ * 100k-service cluster has a million endpoints and a few thousand nodes).
+ */
+function shared(name: string): string {
+  const known = sharedNames.get(name);
+  if (known !== undefined) return known;
+  if (sharedNames.size >= SHARED_NAMES_LIMIT) sharedNames.clear();
+  sharedNames.set(name, name);
+  return name;
+}
+
 /** The label naming the Service an EndpointSlice belongs to. */
 export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
 
@@ -118,7 +135,14 @@ function parseEndpoints(root: Json, family: IpFamily, warnings: string[]): Slice
     if (!keepOrdinary(ip.address, `${field}.addresses[0]`, warnings)) continue;
     if (seen.has(ip.address)) continue;
     seen.add(ip.address);
-    const endpoint: SliceEndpoint = { ip: ip.address, ready, serving, terminating, nodeName, zone };
+    const endpoint: SliceEndpoint = {
+      ip: ip.address,
+      ready,
+      serving,
+      terminating,
+      nodeName: shared(nodeName),
+      zone: shared(zone),
+    };
     if (hints) endpoint.hints = hints;
     endpoints.push(endpoint);
   }
@@ -134,7 +158,7 @@ function parseHints(item: Json, field: string): EndpointHints | undefined {
       if (!isObject(entry)) fail(entryField, entry, "is not an object");
       const name = stringField(entry, "name", `${entryField}.name`);
       if (name === "") fail(`${entryField}.name`, name, "must not be empty");
-      return check(name, `${entryField}.name`);
+      return shared(check(name, `${entryField}.name`));
     });
   return {
     forZones: names("forZones", checkLabelValue),

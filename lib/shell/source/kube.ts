@@ -28,6 +28,7 @@ import { systemClock } from "../clock.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
 import { ApiTransport } from "./transport.ts";
+import { splitListPage } from "../../core/parse/list_page.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
 
@@ -37,6 +38,7 @@ const PROXY_LABEL_SELECTOR =
 
 interface ResourceSpec {
   kind: ObjectKind;
+  apiVersion: string;
   path: string;
   labelSelector: string;
   /** Whether a 404 means "this cluster has no such API" (treated as empty). */
@@ -46,19 +48,22 @@ interface ResourceSpec {
 const RESOURCES: readonly ResourceSpec[] = [
   {
     kind: "Service",
+    apiVersion: "v1",
     path: "/api/v1/services",
     labelSelector: PROXY_LABEL_SELECTOR,
     optional: false,
   },
   {
     kind: "EndpointSlice",
+    apiVersion: "discovery.k8s.io/v1",
     path: "/apis/discovery.k8s.io/v1/endpointslices",
     labelSelector: PROXY_LABEL_SELECTOR,
     optional: false,
   },
-  { kind: "Node", path: "/api/v1/nodes", labelSelector: "", optional: false },
+  { kind: "Node", apiVersion: "v1", path: "/api/v1/nodes", labelSelector: "", optional: false },
   {
     kind: "ServiceCIDR",
+    apiVersion: "networking.k8s.io/v1",
     path: "/apis/networking.k8s.io/v1/servicecidrs",
     labelSelector: "",
     optional: true,
@@ -116,14 +121,28 @@ function resourceVersionOf(object: Json): string {
   return typeof rv === "string" ? rv : "";
 }
 
-/** What is kept of a known object: enough to report its deletion. */
-function stubOf(object: Json): Json {
-  const { namespace, name, uid, resourceVersion } = metadataOf(object);
-  return {
-    kind: object.kind,
-    apiVersion: object.apiVersion,
-    metadata: { namespace, name, uid, resourceVersion },
-  };
+/**
+ * The object a relist reports deleted, rebuilt from what is kept of it: its
+ * `namespace/name` key and its last resourceVersion.
+ */
+function deletedObject(resource: ResourceSpec, key: string, resourceVersion: string): Json {
+  const slash = key.indexOf("/");
+  const namespace = key.slice(0, slash);
+  const metadata: Json = { name: key.slice(slash + 1), resourceVersion };
+  if (namespace !== "") metadata.namespace = namespace;
+  return { kind: resource.kind, apiVersion: resource.apiVersion, metadata };
+}
+
+/**
+ * A response body as text, decoded piece by piece as it arrives: no buffer of
+ * the whole body is ever made, so each received chunk is garbage at once
+ * (`Response.text()` gathers every chunk into one more buffer first).
+ */
+async function bodyText(response: Response): Promise<string> {
+  if (!response.body) return "";
+  const pieces: string[] = [];
+  for await (const piece of response.body.pipeThrough(new TextDecoderStream())) pieces.push(piece);
+  return pieces.join("");
 }
 
 function describe(error: unknown): string {
@@ -139,8 +158,9 @@ function describe(error: unknown): string {
  * `start()` emits `upsert` for every listed object, `synced` once every kind
  * has completed its first list, then upserts and deletes as they happen. It
  * resolves when the signal aborts. A delete found by a relist carries only
- * the object's kind, apiVersion and metadata (name, namespace, uid,
- * resourceVersion): full objects are not kept, to save memory.
+ * the object's kind, apiVersion and metadata (name, namespace,
+ * resourceVersion): only each object's resourceVersion is kept, to save
+ * memory.
  *
  * @example Usage
  * ```ts ignore
@@ -215,8 +235,8 @@ export class KubeSource implements Source {
     },
   ): Promise<void> {
     const { listener, signal } = context;
-    /** Stubs of the objects last reported, by namespace/name. */
-    const known = new Map<string, Json>();
+    /** The resourceVersion of each object last reported, by namespace/name. */
+    const known = new Map<string, string>();
     const backoff = new Backoff(this.#backoff);
     let resourceVersion = "";
     let needList = true;
@@ -226,11 +246,9 @@ export class KubeSource implements Source {
       try {
         if (needList) {
           const seen = new Set<string>();
-          const list = await this.#list(resource, signal, (items) => {
-            for (const object of items) {
-              seen.add(keyOf(object));
-              this.#upsertListed(resource, known, object, listener);
-            }
+          const list = await this.#list(resource, signal, (object) => {
+            seen.add(keyOf(object));
+            this.#upsertListed(resource, known, object, listener);
           });
           this.#deleteUnseen(resource, known, seen, listener);
           if (list === null) {
@@ -262,7 +280,7 @@ export class KubeSource implements Source {
           if (type === "DELETED") {
             if (known.delete(key)) listener({ type: "delete", kind: resource.kind, object });
           } else {
-            known.set(key, stubOf(object));
+            known.set(key, resourceVersionOf(object));
             listener({ type: "upsert", kind: resource.kind, object });
           }
         });
@@ -308,43 +326,48 @@ export class KubeSource implements Source {
    */
   #upsertListed(
     resource: ResourceSpec,
-    known: Map<string, Json>,
+    known: Map<string, string>,
     object: Json,
     listener: SourceListener,
   ): void {
     const key = keyOf(object);
     const version = resourceVersionOf(object);
-    if (version !== "" && resourceVersionOf(known.get(key) ?? {}) === version) return;
-    known.set(key, stubOf(object));
+    if (version !== "" && known.get(key) === version) return;
+    known.set(key, version);
     listener({ type: "upsert", kind: resource.kind, object });
   }
 
   /** Emits deletes for known objects a complete list did not contain. */
   #deleteUnseen(
     resource: ResourceSpec,
-    known: Map<string, Json>,
+    known: Map<string, string>,
     seen: ReadonlySet<string>,
     listener: SourceListener,
   ): void {
-    for (const [key, object] of known) {
+    for (const [key, version] of known) {
       if (seen.has(key)) continue;
       known.delete(key);
-      listener({ type: "delete", kind: resource.kind, object });
+      listener({
+        type: "delete",
+        kind: resource.kind,
+        object: deletedObject(resource, key, version),
+      });
     }
   }
 
   /**
-   * Lists a resource page by page, handing each page's items to `onPage` so
-   * that no more than one page of raw objects is held at a time. Returns the
-   * list's resourceVersion, or null when the API does not exist and the
-   * resource is optional.
+   * Lists a resource page by page, handing each item to `onItem` as it is
+   * parsed: no more than one page of JSON text and one raw object are held at
+   * a time. A page whose text is not JSON fails the list, after the items
+   * before the fault were handed on. Returns the list's resourceVersion, or
+   * null when the API does not exist and the resource is optional.
    *
    * @throws {GoneError} when a continuation expired: the list must restart.
    */
   async #list(
     resource: ResourceSpec,
     signal: AbortSignal,
-    onPage: (items: Json[]) => void,
+    onItem: (object: Json) => void,
   ): Promise<{ resourceVersion: string } | null> {
     let resourceVersion = "";
     let continueToken = "";
@@ -363,15 +386,17 @@ export class KubeSource implements Source {
         throw new GoneError("list continuation expired");
       }
       if (response.status !== 200) throw await this.#statusError(response);
-      const list = await response.json() as Json;
-      const items = Array.isArray(list.items) ? list.items as Json[] : [];
+      const { envelope: list, items } = splitListPage(await bodyText(response));
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
-      for (const item of items) {
+      for (let i = 0; i < items.length; i++) {
+        const item = JSON.parse(items[i]!);
+        items[i] = "";
+        if (typeof item !== "object" || item === null || Array.isArray(item)) continue;
         // Items of a list carry no kind/apiVersion; give them their own for consumers.
         item.kind ??= resource.kind;
         if (apiVersion) item.apiVersion ??= apiVersion;
+        onItem(item);
       }
-      onPage(items);
       if (continueToken === "") resourceVersion = resourceVersionOf(list);
       const next = metadataOf(list).continue;
       continueToken = typeof next === "string" ? next : "";
