@@ -9,7 +9,7 @@
 import { getLogger } from "@logtape/logtape";
 import denoJson from "../../deno.json" with { type: "json" };
 import { type Backend, ModeUnavailableError } from "../core/backend.ts";
-import { createBackend } from "../../backends/registry.ts";
+import { createBackend, modeOf } from "../../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
@@ -304,7 +304,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
-  const conntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack")
+  const conntrack = modeOf(config.proxyMode).reconcilesConntrack
     ? new ConntrackReconciler({ executor, metrics })
     : undefined;
   const proxier = new Proxier({

@@ -11,10 +11,10 @@ import {
   checkGate,
   ConfigError,
   fail,
-  MODES,
   type Origins,
   quote,
   splitList,
+  SYNC_PERIOD_SECTIONS,
   toCIDR,
   toDetectLocalMode,
   toDuration,
@@ -196,12 +196,15 @@ const FILE_SCHEMA: FileSchema = {
       }
     },
   },
-  syncPeriod: durationField(MODES.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
+  syncPeriod: durationField(SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
     c.iptables.syncPeriodMs = c.nftables.syncPeriodMs = c.ipvs.syncPeriodMs = ms;
   }),
-  minSyncPeriod: durationField(MODES.map((mode) => `${mode}.minSyncPeriodMs`), (c, ms) => {
-    c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
-  }),
+  minSyncPeriod: durationField(
+    SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.minSyncPeriodMs`),
+    (c, ms) => {
+      c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
+    },
+  ),
   iptables: {
     masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
     masqueradeBit: {

@@ -28,6 +28,7 @@ import {
   toScheduler,
   toVerbosity,
 } from "./values.ts";
+import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 type FlagGroup =
   | "General"
@@ -40,6 +41,18 @@ type FlagGroup =
   | "Logging"
   | "explain"
   | "Accepted for compatibility, ignored";
+
+/** The `--proxy-mode` help: the registry's modes by platform. */
+function proxyModeHelp(): string {
+  const named = (platform: string) => {
+    const modes = PROXY_MODES.filter((mode) => modeOf(mode).platform === platform)
+      .map((mode) => `'${mode}'`);
+    return modes.length < 2
+      ? modes.join("")
+      : `${modes.slice(0, -1).join(", ")} or ${modes.at(-1)}`;
+  };
+  return `Which proxy mode to use: ${named("linux")} on Linux; ${named("windows")} on Windows.`;
+}
 
 /** One command-line flag: how it shows in `--help` and how it changes the Config. */
 export interface FlagSpec {
@@ -143,8 +156,7 @@ const FLAGS: readonly FlagSpec[] = [
     group: "Proxy mode",
     type: "ProxyMode",
     key: "proxyMode",
-    help: "Which proxy mode to use: 'nftables', 'iptables' or 'ipvs' on Linux; 'kernelspace' on " +
-      "Windows.",
+    help: proxyModeHelp(),
     apply: (c, raw, field) => (c.proxyMode = toProxyMode(raw, field)),
   },
   {

@@ -7,7 +7,7 @@
 
 import type { Config } from "./types.ts";
 import { flagLabel } from "./flags.ts";
-import { ConfigError, formatDuration, MODES, type Origins } from "./values.ts";
+import { ConfigError, formatDuration, type Origins, SYNC_PERIOD_SECTIONS } from "./values.ts";
 
 export function validate(config: Config, origins: Origins): void {
   const label = (key: string, flag: string) => origins.get(key) ?? flagLabel(flag);
@@ -37,7 +37,7 @@ export function validate(config: Config, origins: Origins): void {
       "required when the detect-local mode is InterfaceNamePrefix",
     );
   }
-  for (const mode of MODES) {
+  for (const mode of SYNC_PERIOD_SECTIONS) {
     if (config[mode].syncPeriodMs <= 0) {
       invalid(label(`${mode}.syncPeriodMs`, `${mode}-sync-period`), "must be greater than 0");
     }

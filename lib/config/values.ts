@@ -6,11 +6,12 @@
  * @module
  */
 
-import type { PortRange, ProxyMode } from "./types.ts";
+import type { PortRange, ProxyMode, SyncPeriodSection } from "./types.ts";
 import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { parseCIDR, parseIP } from "../core/ip.ts";
 import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
+import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
 export class ConfigError extends Error {
@@ -24,15 +25,16 @@ export class ConfigError extends Error {
   }
 }
 
-const PROXY_MODES: readonly ProxyMode[] = ["nftables", "iptables", "ipvs", "kernelspace"];
 const DETECT_LOCAL_MODES: readonly DetectLocalMode[] = [
   "ClusterCIDR",
   "NodeCIDR",
   "BridgeInterface",
   "InterfaceNamePrefix",
 ];
-/** The Config sections that hold per-mode sync periods. */
-export const MODES = ["iptables", "nftables", "ipvs"] as const;
+/** The Config sections that hold per-mode sync periods, one or more modes' each. */
+export const SYNC_PERIOD_SECTIONS: readonly SyncPeriodSection[] = [
+  ...new Set(PROXY_MODES.map((mode) => modeOf(mode).syncPeriods)),
+];
 export const IPTABLES_BACKENDS = ["auto", "nft", "legacy"] as const;
 const DURATION_UNITS_NS: Readonly<Record<string, number>> = {
   ns: 1,

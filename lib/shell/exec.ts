@@ -9,7 +9,6 @@
 
 import type { Command, CommandResult, Executor } from "../core/executor.ts";
 import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
-import { MODE_PROGRAMS } from "./permissions.ts";
 
 /** Thrown when a command exits non-zero, times out or cannot start. */
 export class CommandError extends Error {
@@ -31,11 +30,6 @@ export function isMissingProgram(error: unknown): boolean {
 
 /** Default time a program may run before it is killed. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
-
-/** Every program any kproxy mode may run; `--allow-run` names exactly these (lib/permissions.ts). */
-export const ALL_PROGRAMS: readonly string[] = Object.freeze([
-  ...new Set(Object.values(MODE_PROGRAMS).flat()),
-]);
 
 /** Options for {@linkcode DenoExecutor}. */
 export interface DenoExecutorOptions {
