@@ -219,7 +219,7 @@ export class Proxier {
 
     let result: SyncResult;
     try {
-      result = await this.#backend.sync({ plans, previous, changed, full });
+      result = await this.#backend.sync({ plans, changed, full });
     } catch (error) {
       this.#needFull = true;
       this.#pendingChangeAt = oldestChangeAt;

@@ -121,7 +121,7 @@ export async function benchDatapath(options: {
     const rows: DatapathRow[] = [];
     for (const [mode, create] of backends) {
       const backend = await create();
-      await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+      await backend.sync({ plans: [plan], changed: new Set(), full: true });
       try {
         const result = await new NetnsExecutor({ namespace: topology.client }).run({
           program: "python3",

@@ -111,7 +111,6 @@ Deno.test({
         : new Set(plan.services.map((s) => s.id));
       await backend.sync({
         plans: [plan],
-        previous: applied ? [applied] : [],
         changed,
         full: !applied,
       });
