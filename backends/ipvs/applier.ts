@@ -473,7 +473,7 @@ function ownedAddresses(state: FamilyState, dummy: readonly string[]): Set<strin
 }
 
 /** Parses `ip -o address show dev kube-ipvs0` into the bound addresses. */
-export function parseAddresses(text: string): string[] {
+function parseAddresses(text: string): string[] {
   const addresses: string[] = [];
   for (const match of text.matchAll(/\binet6?\s+([0-9a-fA-F:.]+)\/\d+/g)) {
     if (match[1]) addresses.push(match[1]);

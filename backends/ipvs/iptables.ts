@@ -66,7 +66,7 @@ export const IPVS_JUMPS: readonly IptablesJump[] = Object.freeze([
 ]);
 
 /** The chains the ipvs mode owns, per table. */
-export const IPVS_CHAINS = Object.freeze(
+const IPVS_CHAINS = Object.freeze(
   {
     nat: [
       "KUBE-SERVICES",

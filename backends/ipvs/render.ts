@@ -110,11 +110,6 @@ export function ipsetName(key: IpsetKey, family: IpFamily): string {
   return `${family === "IPv4" ? "KUBE-" : "KUBE6-"}${IPSET_BASES[key]}`;
 }
 
-/** The ipset type of a set. */
-export function ipsetType(key: IpsetKey): IpsetSpec["type"] {
-  return IPSET_TYPES[key];
-}
-
 /** Throws a TypeError unless `scheduler` is one of {@linkcode IPVS_SCHEDULERS} (or ""). */
 export function validateScheduler(scheduler: string): string {
   const name = scheduler === "" ? "rr" : scheduler;
@@ -164,7 +159,7 @@ export function realServerKey(rs: Pick<RealServer, "address" | "port">): string 
 }
 
 /** Formats `address:port`, bracketing IPv6 addresses as ipvsadm does. */
-export function hostPort(address: string, port: number): string {
+function hostPort(address: string, port: number): string {
   return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
@@ -302,7 +297,7 @@ function byKey<T>(key: (value: T) => string): (a: T, b: T) => number {
 }
 
 /** The ipvsadm service option for a protocol: `-t`, `-u` or `--sctp-service`. */
-export function protocolFlag(protocol: Protocol): string {
+function protocolFlag(protocol: Protocol): string {
   return protocol === "TCP" ? "-t" : protocol === "UDP" ? "-u" : "--sctp-service";
 }
 
@@ -340,7 +335,7 @@ export function renderIpvsadmRestore(state: IpvsDesiredState): string {
 }
 
 /** The prefix length of a host address of the family (`/32` or `/128`). */
-export function hostPrefix(family: IpFamily): number {
+function hostPrefix(family: IpFamily): number {
   return family === "IPv4" ? 32 : 128;
 }
 

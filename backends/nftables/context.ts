@@ -15,7 +15,7 @@ import { Element, type NftFamily, type TableRef } from "./transaction.ts";
 export const DEFAULT_TABLE = "kproxy";
 
 /** Default masquerade mark: bit 14, as kube-proxy. */
-export const DEFAULT_MASQUERADE_MARK = 0x4000;
+const DEFAULT_MASQUERADE_MARK = 0x4000;
 
 /** Options shared by the render functions. */
 export interface RenderOptions {
@@ -44,7 +44,7 @@ export interface RenderOptions {
 }
 
 /** Default of {@linkcode RenderOptions.presetSlotChains}. */
-export const DEFAULT_PRESET_SLOT_CHAINS = 64;
+const DEFAULT_PRESET_SLOT_CHAINS = 64;
 
 /** Maps a plan family to its nftables family. */
 export function nftFamily(family: IpFamily): NftFamily {

@@ -17,7 +17,7 @@ import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
-export const KPROXY_ID_PREFIX = "6b70726f";
+const KPROXY_ID_PREFIX = "6b70726f";
 
 /** HCN LoadBalancerFlags. */
 export const LB_FLAGS = Object.freeze({ none: 0, dsr: 1, ipv6: 2 });
@@ -36,10 +36,10 @@ export const PORT_FLAGS = Object.freeze({
 export const DISTRIBUTION = Object.freeze({ none: 0, sourceIP: 2 });
 
 /** The upstream default ClientIP affinity timeout; other values are not supported on Windows. */
-export const DEFAULT_AFFINITY_SECONDS = 10800;
+const DEFAULT_AFFINITY_SECONDS = 10800;
 
 /** IANA protocol numbers, as HNS port mappings expect them. */
-export const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
+const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
   TCP: 6,
   UDP: 17,
   SCTP: 132,

@@ -50,7 +50,7 @@ import { stableJson, writeStableJson } from "./stable_json.ts";
 const logger = getLogger(["kproxy", "app"]);
 
 /** kproxy's version, from deno.json. */
-export const VERSION: string = denoJson.version;
+const VERSION: string = denoJson.version;
 
 /** Where command output goes. */
 export interface AppIO {
@@ -107,7 +107,7 @@ function writeAllSync(file: { writeSync(p: Uint8Array): number }, text: string):
 }
 
 /** Writes to the process's stdout and stderr. */
-export const processIO: AppIO = {
+const processIO: AppIO = {
   stdout: (text) => writeAllSync(Deno.stdout, text),
   stderr: (text) => writeAllSync(Deno.stderr, text),
 };
@@ -121,7 +121,7 @@ function granted(descriptor: Deno.PermissionDescriptor): boolean {
 }
 
 /** Flag-parsing environment that never prompts for a permission it lacks. */
-export const processEnvironment: ConfigEnvironment = {
+const processEnvironment: ConfigEnvironment = {
   readTextFile: (path) => Deno.readTextFileSync(path),
   hostname: () => {
     if (granted({ name: "sys", kind: "hostname" })) return Deno.hostname();
@@ -210,7 +210,7 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
 }
 
 /** Builds the planner's options from the configuration and the node's addresses. */
-export function plannerOptionsFrom(config: Config, localAddresses: string[]): PlannerOptions {
+function plannerOptionsFrom(config: Config, localAddresses: string[]): PlannerOptions {
   return {
     nodeName: config.hostnameOverride,
     nodePortAddresses: config.nodePortAddresses,

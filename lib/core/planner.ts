@@ -30,7 +30,7 @@ import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology
 const logger = getLogger(["kproxy", "planner"]);
 
 /** The `--nodeport-addresses` value meaning the node's primary addresses. */
-export const NODE_PORT_ADDRESSES_PRIMARY = "primary";
+const NODE_PORT_ADDRESSES_PRIMARY = "primary";
 
 /** The configuration values the planner needs. */
 export interface PlannerOptions {
@@ -452,15 +452,11 @@ function serviceCIDRs(family: IpFamily, state: ClusterState, options: PlannerOpt
  *
  * @param previous The plan before.
  * @param next The plan after.
- * @param _changedServices The services the planner replanned. Object identity
- * already tells which entries were reused, so this only documents the call; a
- * full replan (new objects everywhere) is compared entry by entry.
  * @returns The ids that differ.
  */
 export function changedServicePortIds(
   previous: Plan,
   next: Plan,
-  _changedServices: Set<ServiceKey>,
 ): Set<string> {
   const changed = new Set<string>();
   const before = previous.services;

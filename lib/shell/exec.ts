@@ -29,7 +29,7 @@ export function isMissingProgram(error: unknown): boolean {
 }
 
 /** Default time a program may run before it is killed. */
-export const DEFAULT_TIMEOUT_MS = 60_000;
+const DEFAULT_TIMEOUT_MS = 60_000;
 
 /** Options for {@linkcode DenoExecutor}. */
 export interface DenoExecutorOptions {
@@ -44,7 +44,7 @@ export interface DenoExecutorOptions {
 }
 
 /** Formats a command for messages: program and arguments, no stdin. */
-export function describeCommand(command: Command): string {
+function describeCommand(command: Command): string {
   return [command.program, ...command.args].join(" ");
 }
 

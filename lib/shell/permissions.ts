@@ -29,7 +29,7 @@ export const LINUX_PROGRAMS: readonly string[] = [
 ].sort();
 
 /** Environment variables kproxy (and its client library) reads. */
-export const ENV_VARS: readonly string[] = [
+const ENV_VARS: readonly string[] = [
   "KUBERNETES_SERVICE_HOST",
   "KUBERNETES_SERVICE_PORT",
   "KUBECONFIG",
@@ -76,7 +76,7 @@ export const HEALTH_CHECK_NODE_PORT_HOST = "0.0.0.0";
  * The most ports one `--allow-net` flag may name: Linux limits one argument
  * to 128 KiB, and each `0.0.0.0:NNNNN,` takes 14 bytes.
  */
-export const MAX_GRANTED_PORTS = 8192;
+const MAX_GRANTED_PORTS = 8192;
 
 const HOST_PORT = /^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s,]+):\d{1,5}$/;
 

@@ -207,7 +207,7 @@ export class Proxier {
     plans.forEach((plan, i) => {
       const before = previous[i];
       const ids = before
-        ? changedServicePortIds(before, plan, change.changedServices)
+        ? changedServicePortIds(before, plan)
         : new Set(plan.services.map((service) => service.id));
       for (const id of ids) changed.add(id);
     });

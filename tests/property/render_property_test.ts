@@ -52,8 +52,8 @@ function transition(
     previous,
     next,
     changed: {
-      ipv4: changedServicePortIds(previous.ipv4, next.ipv4, second.changedServices),
-      ipv6: changedServicePortIds(previous.ipv6, next.ipv6, second.changedServices),
+      ipv4: changedServicePortIds(previous.ipv4, next.ipv4),
+      ipv6: changedServicePortIds(previous.ipv6, next.ipv6),
     },
   };
 }

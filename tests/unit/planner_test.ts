@@ -1112,11 +1112,11 @@ Deno.test("planNode() replans only changed services and reuses the other plans",
     planNode({ state: state({ services, slices: changedSlices }), options: opts }),
   );
   assert.deepEqual(
-    changedServicePortIds(previous.ipv4, next.ipv4, new Set(["default/a"])),
+    changedServicePortIds(previous.ipv4, next.ipv4),
     new Set(["default/a:/TCP"]),
   );
   assert.deepEqual(
-    changedServicePortIds(previous.ipv6, next.ipv6, new Set(["default/a"])),
+    changedServicePortIds(previous.ipv6, next.ipv6),
     new Set(),
   );
 });
@@ -1144,7 +1144,7 @@ Deno.test("planNode() incrementally adds and removes services in id order", () =
   ]);
   assert.equal(next.ipv4.services[0], previous.ipv4.services[0]);
   assert.deepEqual(
-    changedServicePortIds(previous.ipv4, next.ipv4, changed),
+    changedServicePortIds(previous.ipv4, next.ipv4),
     new Set(["default/b:x/TCP", "default/b:y/TCP", "default/bb:/TCP"]),
   );
 });
@@ -1161,7 +1161,7 @@ Deno.test("planNode() replans everything on a global change", () => {
   });
   assert.ok(next.ipv4.services.every((s) => s.clusterIPMasquerade === "all"));
   assert.equal(
-    changedServicePortIds(previous.ipv4, next.ipv4, new Set()).size,
+    changedServicePortIds(previous.ipv4, next.ipv4).size,
     next.ipv4.services.length,
   );
 });
@@ -1194,7 +1194,7 @@ Deno.test("changedServicePortIds() compares rebuilt plans field by field", () =>
   const one = planNode({ state: state({ services, slices }), options: options() });
   const two = planNode({ state: state({ services, slices }), options: options() });
   assert.notEqual(one.ipv4.services[0], two.ipv4.services[0]);
-  assert.deepEqual(changedServicePortIds(one.ipv4, two.ipv4, new Set()), new Set());
+  assert.deepEqual(changedServicePortIds(one.ipv4, two.ipv4), new Set());
 });
 
 Deno.test("planNode() incremental result equals a full replan for random changes", async () => {
@@ -1252,7 +1252,7 @@ Deno.test("planNode() incremental result equals a full replan for random changes
           assert.ok(previous.ipv4.services.includes(sp), `${sp.id} reused`);
         }
       }
-      const ids = changedServicePortIds(previous.ipv4, next.ipv4, changed);
+      const ids = changedServicePortIds(previous.ipv4, next.ipv4);
       const want = new Set<string>();
       const prevById = new Map(previous.ipv4.services.map((s) => [s.id, s]));
       const nextById = new Map(next.ipv4.services.map((s) => [s.id, s]));
