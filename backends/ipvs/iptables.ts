@@ -11,6 +11,7 @@
  * @module
  */
 
+import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import type { ChainOwnership } from "../iptables/chains.ts";
@@ -96,8 +97,6 @@ export const isIpvsModeChain: ChainOwnership = (table, chain) =>
   ((IPVS_CHAINS as Record<string, readonly string[]>)[table]?.includes(chain) ?? false) ||
   (KUBE_PROXY_IPVS_CHAINS[table]?.includes(chain) ?? false);
 
-const INTERFACE = /^[A-Za-z0-9_.:@-]{1,15}$/;
-
 /** The fwmark value of a masquerade bit, e.g. `0x4000` for 14. */
 export function masqueradeMark(bit: number): string {
   if (!Number.isInteger(bit) || bit < 0 || bit > 31) {
@@ -123,7 +122,7 @@ function localSourceReturns(plan: Plan): string[] {
     case "BridgeInterface":
     case "InterfaceNamePrefix":
       return detector.interfaces.map((name) => {
-        if (!INTERFACE.test(name)) {
+        if (!isInterfaceName(name)) {
           throw new TypeError(`Cannot use interface "${name}": not an interface name`);
         }
         return `-i ${name}${detector.mode === "InterfaceNamePrefix" ? "+" : ""}`;

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { canonicalIP, ipFamily, parseCIDR } from "../../lib/core/ip.ts";
@@ -100,7 +101,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     case "InterfaceNamePrefix": {
       const wildcard = detector.mode === "InterfaceNamePrefix" ? "*" : "";
       const names = detector.interfaces.map((name) => {
-        if (!/^[a-zA-Z0-9_.@:-]{1,15}$/.test(name)) {
+        if (!isInterfaceName(name)) {
           throw new TypeError(`Cannot render interface name "${name}": not an interface name`);
         }
         return `"${name}${wildcard}"`;

@@ -19,6 +19,7 @@ import {
   toDetectLocalMode,
   toDuration,
   toHostPort,
+  toInterfaceName,
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
@@ -156,8 +157,14 @@ const FILE_SCHEMA: FileSchema = {
     (c, v, f) => (c.detectLocalMode = toDetectLocalMode(v, f)),
   ),
   detectLocal: {
-    bridgeInterface: stringField("bridgeInterface", (c, v) => (c.bridgeInterface = v)),
-    interfaceNamePrefix: stringField("interfaceNamePrefix", (c, v) => (c.interfaceNamePrefix = v)),
+    bridgeInterface: stringField(
+      "bridgeInterface",
+      (c, v, f) => (c.bridgeInterface = toInterfaceName(v, f)),
+    ),
+    interfaceNamePrefix: stringField(
+      "interfaceNamePrefix",
+      (c, v, f) => (c.interfaceNamePrefix = toInterfaceName(v, f)),
+    ),
   },
   nodePortAddresses: {
     key: "nodePortAddresses",

@@ -20,6 +20,7 @@ import {
   toGates,
   toHostPort,
   toInt,
+  toInterfaceName,
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
@@ -211,7 +212,7 @@ const FLAGS: readonly FlagSpec[] = [
     key: "bridgeInterface",
     help: "A bridge interface name. When --detect-local-mode is BridgeInterface, traffic " +
       "arriving on it is local.",
-    apply: (c, raw) => (c.bridgeInterface = raw),
+    apply: (c, raw, field) => (c.bridgeInterface = toInterfaceName(raw, field)),
   },
   {
     name: "pod-interface-name-prefix",
@@ -220,7 +221,7 @@ const FLAGS: readonly FlagSpec[] = [
     key: "interfaceNamePrefix",
     help: "An interface name prefix. When --detect-local-mode is InterfaceNamePrefix, traffic " +
       "arriving on interfaces with this prefix is local.",
-    apply: (c, raw) => (c.interfaceNamePrefix = raw),
+    apply: (c, raw, field) => (c.interfaceNamePrefix = toInterfaceName(raw, field)),
   },
   {
     name: "nodeport-addresses",

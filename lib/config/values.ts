@@ -10,6 +10,7 @@ import type { PortRange, ProxyMode, SyncPeriodSection } from "./types.ts";
 import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { parseCIDR, parseIP } from "../core/ip.ts";
+import { isInterfaceName } from "../core/interface_name.ts";
 import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
 import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
@@ -186,6 +187,17 @@ export function toChoice<T extends string>(choices: readonly T[], what: string) 
 
 export function toProxyMode(raw: string, field: string): ProxyMode {
   return raw === "" ? "nftables" : toChoice(PROXY_MODES, "proxy mode")(raw, field);
+}
+
+/** An interface name or prefix ("" for none), as the renderers accept it. */
+export function toInterfaceName(raw: string, field: string): string {
+  if (raw === "" || isInterfaceName(raw)) return raw;
+  return fail(
+    field,
+    `${
+      quote(raw)
+    } is not an interface name (1 to 15 of A-Z a-z 0-9 _ . : @ -, not starting with -)`,
+  );
 }
 
 export function toDetectLocalMode(raw: string, field: string): DetectLocalMode {

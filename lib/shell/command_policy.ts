@@ -11,6 +11,7 @@
  * @module
  */
 
+import { isInterfaceName } from "../core/interface_name.ts";
 import type { Command } from "../core/executor.ts";
 
 /** Why a stdin script line (or chunk) is refused, or undefined when it is fine. */
@@ -34,7 +35,6 @@ const refuse = (refused: string): ArgsVerdict => ({ refused });
 export const ANY_ARGUMENTS: ProgramRule = () => OK;
 
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/;
-const INTERFACE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$/;
 const NUMBER = /^\d{1,6}$/;
 const TABLES = new Set(["filter", "nat", "mangle", "raw", "security"]);
 
@@ -179,15 +179,15 @@ const ipRule: ProgramRule = (args, policy) => {
     return { script: ipBatchLine, lines: true };
   }
   if (first === "link") {
-    if ((second === "del" || second === "delete") && INTERFACE.test(third ?? "") && !rest.length) {
+    if ((second === "del" || second === "delete") && isInterfaceName(third ?? "") && !rest.length) {
       return OK;
     }
-    if (second === "add" && INTERFACE.test(third ?? "") && rest.join(" ") === "type dummy") {
+    if (second === "add" && isInterfaceName(third ?? "") && rest.join(" ") === "type dummy") {
       return OK;
     }
   }
   if (first === "-o" && (second === "address" || second === "addr") && third === "show") {
-    if (rest.length === 2 && rest[0] === "dev" && INTERFACE.test(rest[1]!)) return OK;
+    if (rest.length === 2 && rest[0] === "dev" && isInterfaceName(rest[1]!)) return OK;
   }
   if (first === "netns" && NAME.test(third ?? "")) {
     if (["add", "del", "delete"].includes(second ?? "") && !rest.length) return OK;
