@@ -7,6 +7,7 @@
  * @module
  */
 
+import { ipFamily } from "../../lib/core/ip.ts";
 import { getLogger } from "@logtape/logtape";
 import {
   type Backend,
@@ -139,7 +140,7 @@ class IpvsBackend implements Backend {
     for (const [family, state] of this.#state) {
       const owned = ownedAddresses(state, listing.dummy);
       const actual = listing.servers.filter((vs) =>
-        familyOf(vs.address) === family && owned.has(vs.address)
+        ipFamily(vs.address) === family && owned.has(vs.address)
       );
       if (JSON.stringify(actual) !== JSON.stringify(state.kernel)) return true;
       const bound = new Set(listing.dummy);
@@ -310,9 +311,9 @@ class IpvsBackend implements Backend {
       ...desired.virtualServers.map((vs) => vs.address),
     ]);
     const current = listing.servers.filter((vs) =>
-      familyOf(vs.address) === family && owned.has(vs.address)
+      ipFamily(vs.address) === family && owned.has(vs.address)
     );
-    const bound = listing.dummy.filter((ip) => familyOf(ip) === family);
+    const bound = listing.dummy.filter((ip) => ipFamily(ip) === family);
     const wanted = new Set(desired.dummyAddresses);
     let commands = 0;
 
@@ -457,10 +458,6 @@ function jumpArgs(verb: "-C" | "-I" | "-D", jump: IptablesJump): string[] {
     "-j",
     jump.target,
   ];
-}
-
-function familyOf(address: string): IpFamily {
-  return address.includes(":") ? "IPv6" : "IPv4";
 }
 
 /** Addresses whose virtual servers this backend owns: bound VIPs and ones it created. */

@@ -15,7 +15,8 @@ import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import type { ChainOwnership } from "../iptables/chains.ts";
-import { type IpsetKey, ipsetName, validateCidr } from "./render.ts";
+import { type IpsetKey, ipsetName } from "./render.ts";
+import { checkCidr } from "../../lib/core/plan_check.ts";
 
 /** Options for {@linkcode renderIpvsIptables}. */
 export interface IpvsIptablesOptions {
@@ -116,7 +117,7 @@ function localSourceReturns(plan: Plan): string[] {
     case "ClusterCIDR":
     case "NodeCIDR":
       return detector.cidrs.map((cidr) => {
-        validateCidr(cidr, plan.family);
+        checkCidr(cidr, plan.family);
         return `-s ${cidr}`;
       });
     case "BridgeInterface":

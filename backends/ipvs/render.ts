@@ -7,10 +7,10 @@
  * @module
  */
 
-import { isIP } from "node:net";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
+import { checkAddress, checkServicePort } from "../../lib/core/plan_check.ts";
 
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
@@ -121,33 +121,6 @@ export function validateScheduler(scheduler: string): string {
   return name;
 }
 
-/** Throws a TypeError unless `address` is an IP address of `family`. */
-export function validateAddress(address: string, family: IpFamily): void {
-  if (isIP(address) !== (family === "IPv4" ? 4 : 6)) {
-    throw new TypeError(`Cannot use address "${address}": not an ${family} address`);
-  }
-}
-
-/** Throws a TypeError unless `cidr` is a CIDR of `family`. */
-export function validateCidr(cidr: string, family: IpFamily): void {
-  const [address = "", prefix, ...rest] = cidr.split("/");
-  const max = family === "IPv4" ? 32 : 128;
-  const bits = Number(prefix);
-  if (
-    rest.length > 0 || prefix === undefined || !/^\d{1,3}$/.test(prefix) || bits > max ||
-    isIP(address) !== (family === "IPv4" ? 4 : 6)
-  ) {
-    throw new TypeError(`Cannot use CIDR "${cidr}": not an ${family} CIDR`);
-  }
-}
-
-/** Throws a RangeError unless `port` is an integer in 1..65535. */
-export function validatePort(port: number): void {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new RangeError(`Cannot use port ${port}: not in 1..65535`);
-  }
-}
-
 /** The stable key of a virtual server: `TCP/10.0.0.1/80`. */
 export function virtualServerKey(vs: Pick<VirtualServer, "protocol" | "address" | "port">): string {
   return `${vs.protocol}/${vs.address}/${vs.port}`;
@@ -183,10 +156,10 @@ export function renderIpvs(plan: Plan, options: IpvsRenderOptions = {}): IpvsDes
     (Object.keys(IPSET_BASES) as IpsetKey[]).map((key) => [key, new Set<string>()]),
   );
   const add = (key: IpsetKey, entry: string) => sets.get(key)?.add(entry);
-  for (const address of plan.nodePortAddresses) validateAddress(address, family);
+  for (const address of plan.nodePortAddresses) checkAddress(address, family);
 
   for (const service of plan.services) {
-    validateService(service, family);
+    checkServicePort(service, family);
     const proto = service.protocol.toLowerCase();
     const vip = (address: string, port: number, endpoints: PlanEndpoint[]) => {
       const vs = virtualServer({ service, address, port, scheduler, endpoints });
@@ -266,26 +239,6 @@ function virtualServer(
     persistenceSeconds: spec.service.affinityTimeoutSeconds,
     realServers: [...reals.values()].sort(byKey(realServerKey)),
   };
-}
-
-function validateService(service: ServicePortPlan, family: IpFamily): void {
-  validatePort(service.port);
-  if (service.nodePort !== 0) validatePort(service.nodePort);
-  if (!["TCP", "UDP", "SCTP"].includes(service.protocol)) {
-    throw new TypeError(`Cannot use protocol "${service.protocol}" of ${service.id}`);
-  }
-  const timeout = service.affinityTimeoutSeconds;
-  if (!Number.isInteger(timeout) || timeout < 0 || timeout > 86400) {
-    throw new RangeError(`Cannot use affinity timeout ${timeout} of ${service.id}`);
-  }
-  for (const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]) {
-    validateAddress(ip, family);
-  }
-  for (const cidr of service.sourceRanges) validateCidr(cidr, family);
-  for (const ep of [...service.internal.endpoints, ...service.external.endpoints]) {
-    validateAddress(ep.ip, family);
-    validatePort(ep.port);
-  }
 }
 
 function byKey<T>(key: (value: T) => string): (a: T, b: T) => number {

@@ -6,6 +6,7 @@
  */
 
 import type { Config } from "./types.ts";
+import { ipFamily } from "../core/ip.ts";
 import { flagLabel } from "./flags.ts";
 import { ConfigError, formatDuration, type Origins, SYNC_PERIOD_SECTIONS } from "./values.ts";
 
@@ -18,7 +19,7 @@ export function validate(config: Config, origins: Origins): void {
   if (config.hostnameOverride === "") {
     invalid("--hostname-override", "the host name is empty; set --hostname-override");
   }
-  const families = config.clusterCIDRs.map((cidr) => cidr.includes(":") ? "IPv6" : "IPv4");
+  const families = config.clusterCIDRs.map(ipFamily);
   if (families.length > 2 || (families.length === 2 && families[0] === families[1])) {
     invalid(
       label("clusterCIDRs", "cluster-cidr"),
