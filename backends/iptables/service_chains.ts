@@ -121,9 +121,9 @@ export function renderServiceChains(
     fw.push(comment(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`));
   }
 
-  const masquerade = service.clusterIPMasquerade === "all"
+  const masquerade = plan.clusterIPMasquerade === "all"
     ? []
-    : service.clusterIPMasquerade === "non-local"
+    : plan.clusterIPMasquerade === "non-local"
     ? ifNotLocal(plan.localTraffic)
     : undefined;
   const policyChains: [string | undefined, ServicePortPlan["internal"]][] = [

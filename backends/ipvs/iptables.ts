@@ -143,17 +143,18 @@ function localSourceReturns(plan: Plan): string[] {
 export function renderIpvsIptables(plan: Plan, options: IpvsIptablesOptions = {}): string {
   const mark = masqueradeMark(options.masqueradeBit ?? 14);
   const set = (key: IpsetKey) => ipsetName(key, plan.family);
-  const masq = plan.services.map((service) => service.clusterIPMasquerade);
+  // Only a node with services writes the rule (it matches the cluster IP set).
+  const masq = plan.services.length > 0 ? plan.clusterIPMasquerade : "none";
   const nat: string[] = IPVS_CHAINS.nat.map((chain) => `:${chain} - [0:0]`);
 
-  if (masq.includes("all")) {
+  if (masq === "all") {
     nat.push(
       `-A KUBE-SERVICES ${
         comment("Kubernetes service cluster ip + port for masquerade purpose")
       } ` +
         `-m set --match-set ${set("clusterIP")} dst,dst -j KUBE-MARK-MASQ`,
     );
-  } else if (masq.includes("non-local") && plan.localTraffic.mode !== "None") {
+  } else if (masq === "non-local" && plan.localTraffic.mode !== "None") {
     nat.push(
       `-A KUBE-SERVICES ${
         comment("Kubernetes service cluster ip + port for masquerade purpose")

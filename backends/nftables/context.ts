@@ -8,7 +8,7 @@
 
 import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
-import type { Plan } from "../../lib/core/plan.ts";
+import type { ClusterIPMasquerade, Plan } from "../../lib/core/plan.ts";
 import { canonicalIP, ipFamily, parseCIDR } from "../../lib/core/ip.ts";
 import { Element, type NftFamily, type TableRef } from "./transaction.ts";
 
@@ -68,6 +68,8 @@ export interface Context {
   localMatches: string[];
   /** Matches traffic NOT from local pods (all conditions in one rule), or undefined. */
   nonLocalMatch?: string;
+  /** The node's masquerade for cluster IP traffic (`Plan.clusterIPMasquerade`). */
+  clusterIPMasquerade: ClusterIPMasquerade;
 }
 
 export function context(plan: Plan, options: RenderOptions): Context {
@@ -121,6 +123,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     markSet,
     localMatches,
     nonLocalMatch: negatives.length > 0 ? negatives.join(" ") : undefined,
+    clusterIPMasquerade: plan.clusterIPMasquerade,
   };
 }
 

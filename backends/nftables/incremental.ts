@@ -63,6 +63,7 @@ export function renderIncremental(
   const { plan, previous, changed } = input;
   if (plan.family !== previous.family) return undefined;
   if (JSON.stringify(plan.localTraffic) !== JSON.stringify(previous.localTraffic)) return undefined;
+  if (plan.clusterIPMasquerade !== previous.clusterIPMasquerade) return undefined;
   const ctx = context(plan, options);
   const tx = new Transaction(tableRef(plan.family, options.table));
   const before = indexById(previous, changed);

@@ -86,15 +86,13 @@ export interface ServicePortPlan {
   healthCheckNodePort: number;
   /** ClientIP affinity timeout in seconds, 0 for none. */
   affinityTimeoutSeconds: number;
-  /** Masquerade for traffic to cluster IPs. */
-  clusterIPMasquerade: ClusterIPMasquerade;
   /** Traffic to cluster IPs (internalTrafficPolicy applied). */
   internal: TrafficPlan;
   /** Traffic to node ports, external IPs and load-balancer IPs (externalTrafficPolicy applied). */
   external: TrafficPlan;
   /** externalTrafficPolicy Local: external traffic keeps its source and goes to local
    * endpoints only; traffic from local pods short-circuits to `internal` and keeps its
-   * source too (`clusterIPMasquerade` is for cluster IP destinations only), and traffic
+   * source too (`Plan.clusterIPMasquerade` is for cluster IP destinations only), and traffic
    * originated on the node itself is masqueraded and also goes to `internal`.
    * False: all external traffic is masqueraded. */
   externalLocal: boolean;
@@ -118,6 +116,8 @@ export interface Plan {
   /** Service CIDRs: traffic to an unallocated address inside them is rejected. */
   serviceCIDRs: string[];
   localTraffic: LocalTrafficDetector;
+  /** Masquerade for traffic to cluster IPs, the same for every service port of the node. */
+  clusterIPMasquerade: ClusterIPMasquerade;
   /** Service ports, sorted by id. */
   services: ServicePortPlan[];
 }
@@ -146,6 +146,7 @@ export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
     nodePortAddresses: [],
     serviceCIDRs: [],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   };
 }

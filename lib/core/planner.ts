@@ -17,7 +17,6 @@ import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } f
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type {
-  ClusterIPMasquerade,
   LocalTrafficDetector,
   NodePlans,
   Plan,
@@ -79,7 +78,6 @@ interface FamilyContext {
   state: ClusterState;
   options: PlannerOptions;
   nodeLabels: Readonly<Record<string, string>>;
-  clusterIPMasquerade: ClusterIPMasquerade;
   externalIPAllowed: ParsedCIDR[];
   /** The family's service CIDRs (`Plan.serviceCIDRs`). */
   serviceCIDRs: string[];
@@ -117,11 +115,6 @@ export function planNode(input: PlanInput): NodePlans {
       state,
       options,
       nodeLabels: node?.labels ?? {},
-      clusterIPMasquerade: options.masqueradeAll
-        ? "all"
-        : localTraffic.mode === "None"
-        ? "none"
-        : "non-local",
       externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
       serviceCIDRs: serviceCIDRs(family, state, options),
       previous: previousPlan,
@@ -135,6 +128,11 @@ export function planNode(input: PlanInput): NodePlans {
       nodePortAddresses: nodePortAddresses(family, options, node),
       serviceCIDRs: ctx.serviceCIDRs,
       localTraffic,
+      clusterIPMasquerade: options.masqueradeAll
+        ? "all"
+        : localTraffic.mode === "None"
+        ? "none"
+        : "non-local",
       services,
     };
   });
@@ -313,7 +311,6 @@ function planService(
       sourceRanges: [...sourceRanges],
       healthCheckNodePort,
       affinityTimeoutSeconds: service.affinityTimeoutSeconds,
-      clusterIPMasquerade: ctx.clusterIPMasquerade,
       internal: categorized.internal,
       external: categorized.external,
       externalLocal,

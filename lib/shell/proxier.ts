@@ -392,6 +392,7 @@ function headerKey(plan: Plan): string {
     plan.nodePortAddresses,
     plan.serviceCIDRs,
     plan.localTraffic,
+    plan.clusterIPMasquerade,
   ]);
 }
 

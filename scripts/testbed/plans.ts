@@ -8,7 +8,6 @@
 
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type {
-  ClusterIPMasquerade,
   NoEndpointsVerdict,
   Plan,
   PlanEndpoint,
@@ -66,8 +65,6 @@ export interface ServicePortOptions {
   sourceRanges?: string[];
   affinityTimeoutSeconds?: number;
   externalLocal?: boolean;
-  /** @default {"non-local"} */
-  clusterIPMasquerade?: ClusterIPMasquerade;
   /** @default {the serving ones of the internal and external endpoints} */
   servingEndpoints?: PlanEndpoint[];
 }
@@ -94,7 +91,6 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     sourceRanges: options.sourceRanges ?? [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
-    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     internal: {
       endpoints: sorted(internal),
       whenEmpty: options.internalWhenEmpty ?? "reject",
@@ -114,7 +110,11 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
 }
 
 /** The plan of one family on node "node-a" with the topology's node, service and pod CIDRs. */
-export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan {
+export function familyPlan(
+  family: IpFamily,
+  services: ServicePortPlan[],
+  fields: Partial<Plan> = {},
+): Plan {
   const v6 = family === "IPv6";
   return {
     family,
@@ -125,11 +125,17 @@ export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan 
       mode: "ClusterCIDR",
       cidrs: [v6 ? ADDRESSES.clusterCIDRV6 : ADDRESSES.clusterCIDRV4],
     },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => a.id.localeCompare(b.id)),
+    ...fields,
   };
 }
 
-/** Plans for both families: the IPv4 services and (optionally) IPv6 ones. */
-export function plans(ipv4: ServicePortPlan[], ipv6: ServicePortPlan[] = []): Plan[] {
-  return [familyPlan("IPv4", ipv4), familyPlan("IPv6", ipv6)];
+/** Plans for both families: the IPv4 services and (optionally) IPv6 ones, with `fields` each. */
+export function plans(
+  ipv4: ServicePortPlan[],
+  ipv6: ServicePortPlan[] = [],
+  fields: Partial<Plan> = {},
+): Plan[] {
+  return [familyPlan("IPv4", ipv4, fields), familyPlan("IPv6", ipv6, fields)];
 }

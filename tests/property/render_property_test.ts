@@ -96,7 +96,6 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
     sourceRanges: [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "none",
     internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
     external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
     externalLocal: false,
@@ -121,6 +120,7 @@ const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (
     nodePortAddresses: ["192.168.1.10"],
     serviceCIDRs: ["10.96.0.0/16"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   };
   const endpoint = {
@@ -179,6 +179,7 @@ const NESTED_CIDR_PLANS: Plan[] = [
     nodePortAddresses: ["fd00::10"],
     serviceCIDRs: ["fd00:96::/108", "fd00:96::/112"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   },
   {
@@ -187,6 +188,7 @@ const NESTED_CIDR_PLANS: Plan[] = [
     nodePortAddresses: ["192.168.1.10"],
     serviceCIDRs: ["10.96.0.0/16"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [
       servicePort("web", {
         loadBalancerIPs: ["192.0.2.1"],

@@ -116,11 +116,14 @@ Deno.test("renderIpvs() rejects values that could change a command line", async 
 
 Deno.test("renderIpvsIptables() masquerades per clusterIPMasquerade and detector", async (t) => {
   await t.step("all", () => {
-    const text = renderIpvsIptables(planOf([servicePort({ clusterIPMasquerade: "all" })]));
+    const text = renderIpvsIptables({
+      ...planOf([servicePort()]),
+      clusterIPMasquerade: "all",
+    });
     assertEquals(text.includes("--match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ"), true);
   });
   await t.step("none", () => {
-    const plan = { ...planOf([servicePort({ clusterIPMasquerade: "none" })]) };
+    const plan = { ...planOf([servicePort()]), clusterIPMasquerade: "none" as const };
     plan.localTraffic = { mode: "None" };
     assertEquals(renderIpvsIptables(plan).includes("-j KUBE-NON-LOCAL-MASQ"), false);
   });

@@ -37,7 +37,6 @@ function servicePort(name: string, endpoints: PlanEndpoint[]): ServicePortPlan {
     sourceRanges: [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "none",
     internal: traffic,
     external: traffic,
     externalLocal: false,

@@ -48,7 +48,6 @@ export function servicePort(
     sourceRanges: [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: traffic(endpoints),
     external: traffic(endpoints),
     externalLocal: false,
@@ -67,6 +66,7 @@ export function plan(services: ServicePortPlan[], fields: Partial<Plan> = {}): P
     nodePortAddresses: family === "IPv4" ? ["192.168.0.10"] : ["fd00:1::10"],
     serviceCIDRs: family === "IPv4" ? ["10.96.0.0/16"] : ["fd00:96::/112"],
     localTraffic: { mode: "ClusterCIDR", cidrs: [family === "IPv4" ? "10.244.0.0/16" : "fd00:244::/56"] },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
     ...fields,
   };
@@ -159,8 +159,9 @@ export const GOLDEN_CASES: Record<string, Plan> = {
       external: traffic([endpoint("10.244.0.3", 53, true)]),
     }),
   ]),
-  masquerade_all: plan([servicePort({ name: "web", clusterIPMasquerade: "all" })]),
-  masquerade_none: plan([servicePort({ name: "web", clusterIPMasquerade: "none" })], {
+  masquerade_all: plan([servicePort({ name: "web" })], { clusterIPMasquerade: "all" }),
+  masquerade_none: plan([servicePort({ name: "web" })], {
+    clusterIPMasquerade: "none",
     localTraffic: { mode: "None" },
   }),
   masquerade_bridge: plan([servicePort({ name: "web" })], {

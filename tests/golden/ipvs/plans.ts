@@ -40,7 +40,6 @@ export function servicePort(overrides: Partial<ServicePortPlan> = {}): ServicePo
     sourceRanges: [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
     external: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
     externalLocal: false,
@@ -60,6 +59,7 @@ export function planOf(services: ServicePortPlan[], family: IpFamily = "IPv4"): 
     localTraffic: family === "IPv4"
       ? { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] }
       : { mode: "ClusterCIDR", cidrs: ["fd00:244::/56"] },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
   };
 }

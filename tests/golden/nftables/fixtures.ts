@@ -4,10 +4,8 @@
  * @module
  */
 
-import type { IpFamily } from "../../../lib/core/model.ts";
 import {
   emptyPlan,
-  type LocalTrafficDetector,
   type Plan,
   type PlanEndpoint,
   type ServicePortPlan,
@@ -52,7 +50,6 @@ export function servicePort(
     sourceRanges: [],
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: { endpoints, whenEmpty: "reject", reason: "cluster" },
     external: { endpoints, whenEmpty: "reject", reason: "cluster" },
     externalLocal: false,
@@ -65,7 +62,7 @@ export function servicePort(
 /** A plan around some service ports (sorted by id here). */
 export function plan(
   services: ServicePortPlan[],
-  options: { family?: IpFamily; localTraffic?: LocalTrafficDetector } = {},
+  options: Partial<Pick<Plan, "family" | "localTraffic" | "clusterIPMasquerade">> = {},
 ): Plan {
   const family = options.family ?? "IPv4";
   const v4 = family === "IPv4";
@@ -74,6 +71,7 @@ export function plan(
     nodePortAddresses: [v4 ? "192.168.0.2" : "fd00::2"],
     serviceCIDRs: [v4 ? "172.30.0.0/16" : "fd00:10:96::/112"],
     localTraffic: options.localTraffic ?? { mode: "ClusterCIDR", cidrs: [v4 ? "10.0.0.0/8" : "fd00:10::/64"] },
+    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     services: [...services].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
   };
 }
@@ -163,8 +161,9 @@ export const GOLDEN_PLANS: Record<string, Plan> = {
       external: { endpoints: [endpoint("fd00:10::1"), endpoint("fd00:10::2")], whenEmpty: "reject", reason: "" },
     }),
   ], { family: "IPv6" }),
-  "masquerade-all": plan([servicePort("ns1", "all", { clusterIPMasquerade: "all" })]),
-  "masquerade-none": plan([servicePort("ns1", "none", { clusterIPMasquerade: "none" })], {
+  "masquerade-all": plan([servicePort("ns1", "all")], { clusterIPMasquerade: "all" }),
+  "masquerade-none": plan([servicePort("ns1", "none")], {
+    clusterIPMasquerade: "none",
     localTraffic: { mode: "None" },
   }),
   "detect-node-cidr": plan([servicePort("ns1", "nc", { nodePort: 30088, externalLocal: true })], {
