@@ -10,18 +10,14 @@
  * @module
  */
 
+import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
 import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
-import type {
-  LocalTrafficDetector,
-  NodePlans,
-  Plan,
-  ServicePortPlan,
-} from "./plan.ts";
+import type { LocalTrafficDetector, NodePlans, Plan, ServicePortPlan } from "./plan.ts";
 import { servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
@@ -479,20 +475,4 @@ export function changedServicePortIds(
     }
   }
   return changed;
-}
-
-function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
-    return a.every((value, index) => deepEqual(value, b[index]));
-  }
-  if (Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  if (ka.length !== kb.length) return false;
-  const rb = b as Record<string, unknown>;
-  const ra = a as Record<string, unknown>;
-  return ka.every((k) => Object.hasOwn(rb, k) && deepEqual(ra[k], rb[k]));
 }

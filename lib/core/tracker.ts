@@ -12,6 +12,7 @@
  * @module
  */
 
+import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { Clock } from "./clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
@@ -32,26 +33,6 @@ export interface TrackerOptions {
   nodeName: string;
   /** Monotonic time of changes, for the network programming latency. */
   clock: Pick<Clock, "now">;
-}
-
-/** Structural equality of JSON-like values (plain objects, arrays, primitives). */
-export function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
-    for (let i = 0; i < a.length; i++) if (!deepEqual(a[i], b[i])) return false;
-    return true;
-  }
-  if (Array.isArray(b)) return false;
-  const aRecord = a as Record<string, unknown>;
-  const bRecord = b as Record<string, unknown>;
-  const aKeys = Object.keys(aRecord);
-  if (aKeys.length !== Object.keys(bRecord).length) return false;
-  for (const key of aKeys) {
-    if (!Object.hasOwn(bRecord, key) || !deepEqual(aRecord[key], bRecord[key])) return false;
-  }
-  return true;
 }
 
 /** A Map that is copied once before its first write after being shared. */
