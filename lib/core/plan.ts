@@ -82,6 +82,14 @@ export interface ServicePortPlan {
   /** loadBalancerSourceRanges of this family; empty means any source. When non-empty,
    * traffic to the load-balancer IPs from other sources is dropped. */
   sourceRanges: string[];
+  /**
+   * True when `sourceRanges` hold one of the node's addresses: traffic from the
+   * load-balancer IPs themselves passes too (a node reaching a VIP routed to
+   * itself arrives from the VIP), as in upstream's iptables mode. The nftables,
+   * ipvs and Windows modes do not implement it (unchanged from before it moved
+   * here).
+   */
+  allowFromLoadBalancerIPs: boolean;
   /** Health-check node port served by kproxy, 0 when none. */
   healthCheckNodePort: number;
   /** ClientIP affinity timeout in seconds, 0 for none. */

@@ -77,6 +77,8 @@ interface FamilyContext {
   externalIPAllowed: ParsedCIDR[];
   /** The family's service CIDRs (`Plan.serviceCIDRs`). */
   serviceCIDRs: string[];
+  /** The family's node port addresses (`Plan.nodePortAddresses`). */
+  nodePortAddresses: string[];
   /** The previous plan of the family, to log a cluster IP outside them once per change. */
   previous?: Plan;
 }
@@ -113,6 +115,7 @@ export function planNode(input: PlanInput): NodePlans {
       nodeLabels: node?.labels ?? {},
       externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
       serviceCIDRs: serviceCIDRs(family, state, options),
+      nodePortAddresses: nodePortAddresses(family, options, node),
       previous: previousPlan,
     };
     const services = previousPlan !== undefined && replan !== undefined
@@ -121,7 +124,7 @@ export function planNode(input: PlanInput): NodePlans {
     return {
       family,
       nodeName: options.nodeName,
-      nodePortAddresses: nodePortAddresses(family, options, node),
+      nodePortAddresses: ctx.nodePortAddresses,
       serviceCIDRs: ctx.serviceCIDRs,
       localTraffic,
       clusterIPMasquerade: options.masqueradeAll
@@ -265,6 +268,9 @@ function planService(
   const sourceRanges = service.type === "LoadBalancer"
     ? collapseCIDRs(service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family))
     : [];
+  const allowFromLoadBalancerIPs = ctx.nodePortAddresses.some((ip) =>
+    sourceRanges.some((range) => cidrContains(range, ip))
+  );
   const healthCheckNodePort =
     service.type === "LoadBalancer" && service.externalTrafficPolicy === "Local"
       ? service.healthCheckNodePort
@@ -305,6 +311,7 @@ function planService(
       externalIPs: [...externalIPs],
       loadBalancerIPs: [...loadBalancerIPs],
       sourceRanges: [...sourceRanges],
+      allowFromLoadBalancerIPs,
       healthCheckNodePort,
       affinityTimeoutSeconds: service.affinityTimeoutSeconds,
       internal: categorized.internal,

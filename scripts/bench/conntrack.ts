@@ -101,6 +101,7 @@ export function udpPlan(services: number): Plan {
       externalIPs: [],
       loadBalancerIPs: [],
       sourceRanges: [],
+      allowFromLoadBalancerIPs: false,
       healthCheckNodePort: 0,
       affinityTimeoutSeconds: 0,
       internal: traffic,

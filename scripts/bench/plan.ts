@@ -39,6 +39,7 @@ function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): S
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: affinity ? 10800 : 0,
     internal: traffic,

@@ -89,6 +89,7 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     externalIPs: options.externalIPs ?? [],
     loadBalancerIPs: options.loadBalancerIPs ?? [],
     sourceRanges: options.sourceRanges ?? [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
     internal: {

@@ -94,6 +94,7 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
     internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },

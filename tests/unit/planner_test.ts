@@ -178,6 +178,23 @@ Deno.test("planNode() captures VIP load-balancer IPs and not Proxy ones", () => 
   assert.equal(sp.healthCheckNodePort, 0);
 });
 
+Deno.test("planNode() lets load-balancer IPs through the source ranges only when they hold a node port address", () => {
+  const lb = (ranges: string[]) =>
+    only(plan({
+      services: [service({
+        name: "lb",
+        type: "LoadBalancer",
+        ports: [port({ nodePort: 30001 })],
+        loadBalancerIngress: [{ ip: "203.0.113.1", ipMode: "VIP" }],
+        loadBalancerSourceRanges: ranges,
+      })],
+    }));
+  // The node's primary address is 192.168.1.10.
+  assert.equal(lb(["198.51.100.0/24", "192.168.0.0/16"]).allowFromLoadBalancerIPs, true);
+  assert.equal(lb(["198.51.100.0/24"]).allowFromLoadBalancerIPs, false);
+  assert.equal(lb([]).allowFromLoadBalancerIPs, false);
+});
+
 Deno.test("planNode() ignores load-balancer fields on non-LoadBalancer services", () => {
   const sp = only(plan({
     services: [service({

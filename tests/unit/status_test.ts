@@ -35,6 +35,7 @@ function servicePort(name: string, endpoints: PlanEndpoint[]): ServicePortPlan {
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
     internal: traffic,

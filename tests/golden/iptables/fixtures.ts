@@ -46,6 +46,7 @@ export function servicePort(
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
     internal: traffic(endpoints),
@@ -105,6 +106,8 @@ export const GOLDEN_CASES: Record<string, Plan> = {
       nodePort: 30080,
       loadBalancerIPs: ["203.0.113.10"],
       sourceRanges: ["198.51.100.0/24", "192.168.0.0/16"],
+      // The node's 192.168.0.10 is inside a range (the planner decides it).
+      allowFromLoadBalancerIPs: true,
     }),
   ]),
   externalips: plan([servicePort({ name: "web", externalIPs: ["198.51.100.20"] })]),

@@ -38,6 +38,7 @@ export function servicePort(overrides: Partial<ServicePortPlan> = {}): ServicePo
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
     internal: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },

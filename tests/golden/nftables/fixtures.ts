@@ -48,6 +48,7 @@ export function servicePort(
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: 0,
     internal: { endpoints, whenEmpty: "reject", reason: "cluster" },
