@@ -1,6 +1,7 @@
 import { deepStrictEqual as assertEquals, throws } from "node:assert/strict";
 import { applyIpvsOps, diffIpvs, renderIpvsOps } from "../../backends/ipvs/diff.ts";
-import { masqueradeMark, renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
+import { renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
+import { masqueradeMark } from "../../backends/iptables/rules.ts";
 import { parseIpvsadmList, parseIpvsadmSave } from "../../backends/ipvs/parse.ts";
 import {
   renderIpsetRestoreDiff,
