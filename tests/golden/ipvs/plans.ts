@@ -5,6 +5,7 @@
  * @module
  */
 
+import { defaultConfig } from "../../../lib/config/defaults.ts";
 import type { Config } from "../../../lib/config/types.ts";
 import type { IpFamily } from "../../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../../lib/core/plan.ts";
@@ -119,41 +120,11 @@ export const SCENARIOS: Record<string, Plan> = {
 
 /** A complete Config with kube-proxy's defaults, for backend tests. */
 export function testConfig(overrides: Partial<Config> = {}): Config {
-  const periods = { syncPeriodMs: 30000, minSyncPeriodMs: 1000 };
   return {
-    configFile: "",
-    kubeconfig: "",
-    master: "",
-    manifests: "",
-    hostnameOverride: "node-a",
+    ...defaultConfig("node-a"),
     proxyMode: "ipvs",
     clusterCIDRs: ["10.244.0.0/16"],
-    detectLocalMode: "ClusterCIDR",
-    bridgeInterface: "",
-    interfaceNamePrefix: "",
-    nodePortAddresses: ["primary"],
-    masqueradeAll: false,
-    bindAddress: "0.0.0.0",
-    healthzBindAddress: "0.0.0.0:10256",
-    metricsBindAddress: "127.0.0.1:10249",
-    iptables: { ...periods, masqueradeBit: 14, localhostNodePorts: false, backend: "auto" },
-    nftables: { ...periods },
-    ipvs: {
-      ...periods,
-      scheduler: "",
-      strictARP: false,
-      tcpTimeoutMs: 0,
-      tcpFinTimeoutMs: 0,
-      udpTimeoutMs: 0,
-    },
-    winkernel: { sourceVip: "", enableDSR: false, networkName: "" },
-    conntrack: { tcpBeLiberal: false },
     serviceClusterIPRange: ["10.96.0.0/16"],
-    externalIPAllowedCIDRs: [],
-    serviceNodePortRange: { first: 30000, last: 32767 },
-    featureGates: {},
-    cleanup: false,
-    verbosity: 0,
     ...overrides,
   };
 }
