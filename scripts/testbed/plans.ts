@@ -69,6 +69,42 @@ export interface ServicePortOptions {
   servingEndpoints?: PlanEndpoint[];
 }
 
+/**
+ * The one complete ServicePortPlan of the tests: neutral defaults (TCP port 80,
+ * no address, no endpoint), the id made from the names, then `fields`. Each
+ * fixture builder passes its own defaults through it, so a new Plan field is
+ * added here once.
+ */
+export function servicePortPlan(
+  fields: Partial<ServicePortPlan> & { name: string },
+): ServicePortPlan {
+  const namespace = fields.namespace ?? "default";
+  const portName = fields.portName ?? "";
+  const protocol = fields.protocol ?? "TCP";
+  const none = { endpoints: [], whenEmpty: "reject" as const, reason: "" };
+  return {
+    id: servicePortId(namespace, fields.name, portName, protocol),
+    namespace,
+    portName,
+    protocol,
+    port: 80,
+    clusterIPs: [],
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: 0,
+    internal: none,
+    external: none,
+    externalLocal: false,
+    localReadyEndpoints: 0,
+    servingEndpoints: [],
+    ...fields,
+  };
+}
+
 /** Builds one ServicePortPlan in namespace "kernel" with port name "". */
 export function servicePort(options: ServicePortOptions): ServicePortPlan {
   const protocol = options.protocol ?? "TCP";
@@ -77,11 +113,9 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
   const sortKey = (e: PlanEndpoint) => `${e.ip}:${e.port}`;
   const sorted = (list: PlanEndpoint[]) =>
     [...list].sort((a, b) => sortKey(a).localeCompare(sortKey(b)));
-  return {
-    id: servicePortId("kernel", options.name, "", protocol),
+  return servicePortPlan({
     namespace: "kernel",
     name: options.name,
-    portName: "",
     protocol,
     port: options.port ?? 80,
     clusterIPs: [options.clusterIP],
@@ -89,8 +123,6 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     externalIPs: options.externalIPs ?? [],
     loadBalancerIPs: options.loadBalancerIPs ?? [],
     sourceRanges: options.sourceRanges ?? [],
-    allowFromLoadBalancerIPs: false,
-    healthCheckNodePort: 0,
     affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
     internal: {
       endpoints: sorted(internal),
@@ -107,7 +139,7 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     servingEndpoints: options.servingEndpoints ??
       sorted([...new Map([...internal, ...external].map((e) => [sortKey(e), e])).values()])
         .filter((e) => e.serving),
-  };
+  });
 }
 
 /** The plan of one family on node "node-a" with the topology's node, service and pod CIDRs. */

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { Tracker } from "../../lib/core/tracker.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/core/planner.ts";
 import type { NodePlans, Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { servicePortPlan } from "../../scripts/testbed/plans.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import * as nft from "../../backends/nftables/render.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
@@ -82,28 +83,14 @@ function withHostileReasons(plan: Plan, marker: string): Plan {
 
 /** A service port plan without endpoints, for hand-made counterexamples. */
 function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): ServicePortPlan {
-  return {
-    id: `default/${name}:/TCP`,
-    namespace: "default",
+  return servicePortPlan({
     name,
-    portName: "",
-    protocol: "TCP",
-    port: 80,
     clusterIPs: ["10.96.0.10"],
     nodePort: 30080,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    allowFromLoadBalancerIPs: false,
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
     internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
     external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
-    externalLocal: false,
-    localReadyEndpoints: 0,
-    servingEndpoints: [],
     ...overrides,
-  };
+  });
 }
 
 /**

@@ -7,6 +7,7 @@
 
 import type { IpFamily, Protocol } from "../../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** An endpoint on this node (`local`) or another one. */
 export function endpoint(ip: string, port: number, local = false): PlanEndpoint {
@@ -31,31 +32,15 @@ export function traffic(endpoints: PlanEndpoint[], whenEmpty: "reject" | "drop" 
 export function servicePort(
   fields: Partial<ServicePortPlan> & { name: string; namespace?: string; protocol?: Protocol },
 ): ServicePortPlan {
-  const namespace = fields.namespace ?? "default";
-  const protocol = fields.protocol ?? "TCP";
-  const portName = fields.portName ?? "http";
   const endpoints = [endpoint("10.244.1.5", 8080), endpoint("10.244.2.7", 8080)];
-  return {
-    id: `${namespace}/${fields.name}:${portName}/${protocol}`,
-    namespace,
-    portName,
-    protocol,
-    port: 80,
+  return servicePortPlan({
+    portName: "http",
     clusterIPs: ["10.96.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    allowFromLoadBalancerIPs: false,
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
     internal: traffic(endpoints),
     external: traffic(endpoints),
-    externalLocal: false,
-    localReadyEndpoints: 0,
     servingEndpoints: endpoints,
     ...fields,
-  };
+  });
 }
 
 /** A plan for node-a with the given services (sorted by id). */

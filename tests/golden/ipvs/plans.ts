@@ -9,6 +9,7 @@ import { defaultConfig } from "../../../lib/config/defaults.ts";
 import type { Config } from "../../../lib/config/types.ts";
 import type { IpFamily } from "../../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** Builds an endpoint; local ones run on node-a. */
 export function endpoint(ip: string, port: number, isLocal = false): PlanEndpoint {
@@ -27,28 +28,17 @@ export function endpoint(ip: string, port: number, isLocal = false): PlanEndpoin
 /** Builds a ClusterIP service port with two endpoints (one local); override anything. */
 export function servicePort(overrides: Partial<ServicePortPlan> = {}): ServicePortPlan {
   const endpoints = [endpoint("10.244.1.5", 8080, true), endpoint("10.244.2.7", 8080)];
-  const base: ServicePortPlan = {
+  return servicePortPlan({
     id: "default/web:http/TCP",
-    namespace: "default",
     name: "web",
     portName: "http",
-    protocol: "TCP",
-    port: 80,
     clusterIPs: ["10.96.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    allowFromLoadBalancerIPs: false,
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
     internal: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
     external: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
-    externalLocal: false,
     localReadyEndpoints: 1,
     servingEndpoints: endpoints,
-  };
-  return { ...base, ...overrides };
+    ...overrides,
+  });
 }
 
 /** Wraps service ports in an IPv4 plan of node-a. */

@@ -11,6 +11,7 @@ import {
   type ServicePortPlan,
   servicePortId,
 } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** An endpoint; `ip` is required, the rest defaults to a ready remote endpoint. */
 export function endpoint(ip: string, overrides: Partial<PlanEndpoint> = {}): PlanEndpoint {
@@ -33,31 +34,17 @@ export function servicePort(
   name: string,
   overrides: Partial<ServicePortPlan> = {},
 ): ServicePortPlan {
-  const protocol = overrides.protocol ?? "TCP";
-  const portName = overrides.portName ?? "http";
   const endpoints = [endpoint("10.180.0.1"), endpoint("10.180.0.2")];
-  return {
-    id: servicePortId(namespace, name, portName, protocol),
+  return servicePortPlan({
     namespace,
     name,
-    portName,
-    protocol,
-    port: 80,
+    portName: "http",
     clusterIPs: ["172.30.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    allowFromLoadBalancerIPs: false,
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
     internal: { endpoints, whenEmpty: "reject", reason: "cluster" },
     external: { endpoints, whenEmpty: "reject", reason: "cluster" },
-    externalLocal: false,
-    localReadyEndpoints: 0,
     servingEndpoints: endpoints,
     ...overrides,
-  };
+  });
 }
 
 /** A plan around some service ports (sorted by id here). */
