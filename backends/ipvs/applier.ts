@@ -85,7 +85,7 @@ export class IpvsUnavailableError extends ModeUnavailableError {
  * @example Usage
  * ```ts ignore
  * const backend = createIpvsBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createIpvsBackend(options: IpvsBackendOptions): Backend {

@@ -18,7 +18,7 @@ import type { ChainOwnership } from "../iptables/chains.ts";
 import { type IpsetKey, ipsetName } from "./render.ts";
 import { checkCidr } from "../../lib/core/plan_check.ts";
 import { IptablesRestoreScript } from "../iptables/script.ts";
-import { comment, ifLocal, masqueradeMark } from "../iptables/rules.ts";
+import { comment, forwardRules, ifLocal, masqueradeMark } from "../iptables/rules.ts";
 
 /** Options for {@linkcode renderIpvsIptables}. */
 export interface IpvsIptablesOptions {
@@ -205,27 +205,7 @@ export function renderIpvsIptables(plan: Plan, options: IpvsIptablesOptions = {}
   );
   nat("KUBE-MARK-MASQ", "-j", "MARK", "--or-mark", mark);
 
-  filter("KUBE-FORWARD", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP");
-  filter(
-    "KUBE-FORWARD",
-    ...comment("kubernetes forwarding rules"),
-    "-m",
-    "mark",
-    "--mark",
-    marked,
-    "-j",
-    "ACCEPT",
-  );
-  filter(
-    "KUBE-FORWARD",
-    ...comment("kubernetes forwarding conntrack rule"),
-    "-m",
-    "conntrack",
-    "--ctstate",
-    "RELATED,ESTABLISHED",
-    "-j",
-    "ACCEPT",
-  );
+  for (const rule of forwardRules(mark, { dropInvalid: true })) filter("KUBE-FORWARD", ...rule);
   filter(
     "KUBE-PROXY-FIREWALL",
     ...comment("Kubernetes service load balancer source ranges"),

@@ -66,7 +66,7 @@ function conntrackSysctls(config: Config): Record<string, string> {
  * @example Usage
  * ```ts ignore
  * const backend = createNftablesBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createNftablesBackend(options: NftablesBackendOptions): Backend {
