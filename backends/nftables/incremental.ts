@@ -194,7 +194,7 @@ export function renderIncremental(
     if (goneEndpointIPs.size === 0) break;
     if (changed.has(service.id)) continue;
     for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
-      if (mayHairpinHere(endpoint)) goneEndpointIPs.delete(endpoint.ip); // canonical (lib/parse.ts)
+      if (mayHairpinHere(endpoint)) goneEndpointIPs.delete(endpoint.ip); // canonical (lib/core/parse/)
     }
   }
   for (const ip of goneEndpointIPs) tx.delete(new Element({ set: "hairpin", key: [ip, ip] }));

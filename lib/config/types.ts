@@ -1,7 +1,7 @@
 /**
  * The resolved configuration of kproxy: kube-proxy's flags and its
  * KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) merged, flags
- * winning. Parsed and validated by `lib/config.ts`.
+ * winning. Parsed and validated by `lib/config/`.
  *
  * @module
  */

@@ -110,7 +110,7 @@ export interface ServicePortPlan {
    * Every serving endpoint of the port (ready, or serving while terminating), whatever the
    * traffic policies and topology chose, sorted by `ip:port`. A UDP or SCTP flow whose reply
    * comes from one of them keeps its conntrack entry; a flow to the port from anywhere else is
-   * stale (lib/conntrack.ts), as in kube-proxy's conntrack reconciler.
+   * stale (lib/core/conntrack.ts), as in kube-proxy's conntrack reconciler.
    */
   servingEndpoints: PlanEndpoint[];
 }

@@ -237,14 +237,14 @@ const ipvsadmRule: ProgramRule = (args) => {
 
 // conntrack ------------------------------------------------------------------
 
-/** A listing of one family and protocol (lib/conntrack.ts `listArgs`). */
+/** A listing of one family and protocol (lib/core/conntrack.ts `listArgs`). */
 const CONNTRACK_LIST = /^-L -f ipv[46] -p (?:udp|sctp)$/;
 
 /** An address or port in a conntrack delete line: characters of an IP, digits of a port. */
 const CT_IP = "[0-9A-Fa-f.:]{2,45}";
 const CT_PORT = "\\d{1,5}";
 
-/** One stdin line of `conntrack -R -` (lib/conntrack.ts `deleteLine`), or the empty last one. */
+/** One stdin line of `conntrack -R -` (lib/core/conntrack.ts `deleteLine`), or the empty last one. */
 const CONNTRACK_DELETE = new RegExp(
   `^(?:-D -f ipv[46] -p (?:udp|sctp) --orig-dst ${CT_IP} --orig-port-dst ${CT_PORT} ` +
     `--reply-src ${CT_IP} --reply-port-src ${CT_PORT})?$`,
@@ -290,7 +290,7 @@ const powershellRule: ProgramRule = (args) => {
   return OK;
 };
 
-/** How kproxy may run each of its programs (lib/permissions.ts lists them per mode). */
+/** How kproxy may run each of its programs (backends/registry.ts lists them per mode). */
 export const KPROXY_COMMAND_POLICY: CommandPolicy = Object.freeze({
   nft: nftRule,
   ...iptablesRules(),

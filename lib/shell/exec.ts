@@ -1,7 +1,7 @@
 /**
  * The Executor: the only way kproxy runs programs. It runs allow-listed
  * programs with an argument vector (never a shell line) that their argument
- * policy allows (lib/command_policy.ts), passes scripts on stdin and returns
+ * policy allows (lib/shell/command_policy.ts), passes scripts on stdin and returns
  * exit status and output.
  *
  * @module
@@ -36,7 +36,7 @@ export interface DenoExecutorOptions {
   /** Programs that may be run; anything else is refused without spawning. */
   allowedPrograms: readonly string[];
   /**
-   * How each program may be called (lib/command_policy.ts); a command it
+   * How each program may be called (lib/shell/command_policy.ts); a command it
    * refuses, or a program it does not name, is refused without spawning.
    * @default {KPROXY_COMMAND_POLICY}
    */

@@ -21,7 +21,7 @@ import type { StateChange } from "../core/state.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
 
-/** The tracker as the proxier uses it (see `lib/tracker.ts`). */
+/** The tracker as the proxier uses it (see `lib/core/tracker.ts`). */
 export interface StateTracker {
   /** Applies one source event; true when the state changed. */
   apply(event: SourceEvent): boolean;
