@@ -7,6 +7,7 @@
  * @module
  */
 
+import { joinHostPort } from "../../lib/core/ip.ts";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
@@ -128,12 +129,7 @@ export function virtualServerKey(vs: Pick<VirtualServer, "protocol" | "address" 
 
 /** The stable key of a real server: `10.0.0.1:80` (`[fd00::1]:80` for IPv6). */
 export function realServerKey(rs: Pick<RealServer, "address" | "port">): string {
-  return hostPort(rs.address, rs.port);
-}
-
-/** Formats `address:port`, bracketing IPv6 addresses as ipvsadm does. */
-function hostPort(address: string, port: number): string {
-  return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
+  return joinHostPort(rs.address, rs.port);
 }
 
 /**
@@ -256,7 +252,7 @@ function protocolFlag(protocol: Protocol): string {
 
 /** The ipvsadm arguments naming a virtual server, e.g. `-t 10.0.0.1:80`. */
 export function serviceArgs(vs: Pick<VirtualServer, "protocol" | "address" | "port">): string[] {
-  return [protocolFlag(vs.protocol), hostPort(vs.address, vs.port)];
+  return [protocolFlag(vs.protocol), joinHostPort(vs.address, vs.port)];
 }
 
 /** The scheduling options of a virtual server: `-s rr [-b mh-port] [-p N]`. */
@@ -269,7 +265,7 @@ export function schedulingArgs(vs: VirtualServer): string[] {
 
 /** The ipvsadm arguments of a real server with its weight: `-r ep:port -m -w 1`. */
 export function realServerArgs(rs: RealServer): string[] {
-  return ["-r", hostPort(rs.address, rs.port), "-m", "-w", String(rs.weight)];
+  return ["-r", joinHostPort(rs.address, rs.port), "-m", "-w", String(rs.weight)];
 }
 
 /**

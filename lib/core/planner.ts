@@ -14,7 +14,14 @@ import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
-import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
+import {
+  cidrContains,
+  collapseCIDRs,
+  familyOfValidated,
+  isLoopback,
+  parseCIDR,
+  type ParsedCIDR,
+} from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type { LocalTrafficDetector, NodePlans, Plan, ServicePortPlan } from "./plan.ts";
@@ -59,14 +66,6 @@ export interface PlanInput {
 }
 
 const FAMILIES: readonly IpFamily[] = ["IPv4", "IPv6"];
-
-const IPV4_SHAPE = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(\/\d{1,2})?$/;
-
-/** The family of an address or CIDR that the parsers already validated; a cheap
- * shape check, undefined for anything else (e.g. "None"). */
-function familyOf(text: string): IpFamily | undefined {
-  return text.includes(":") ? "IPv6" : IPV4_SHAPE.test(text) ? "IPv4" : undefined;
-}
 
 /** What every service port plan of one family shares. */
 interface FamilyContext {
@@ -247,7 +246,7 @@ function planService(
   slices: readonly EndpointSlice[],
 ): ServicePortPlan[] {
   const { family, options } = ctx;
-  const clusterIP = service.clusterIPs.find((ip) => familyOf(ip) === family);
+  const clusterIP = service.clusterIPs.find((ip) => familyOfValidated(ip) === family);
   if (clusterIP === undefined) return [];
   const key = serviceKey(service.namespace, service.name);
   warnIfOutsideServiceCIDRs(ctx, key, clusterIP);
@@ -262,11 +261,13 @@ function planService(
   const externalIPs = allowedExternalIPs(ctx, key, service.externalIPs);
   const loadBalancerIPs = service.type === "LoadBalancer"
     ? service.loadBalancerIngress
-      .filter((ingress) => ingress.ipMode === "VIP" && familyOf(ingress.ip) === family)
+      .filter((ingress) => ingress.ipMode === "VIP" && familyOfValidated(ingress.ip) === family)
       .map((ingress) => ingress.ip)
     : [];
   const sourceRanges = service.type === "LoadBalancer"
-    ? collapseCIDRs(service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family))
+    ? collapseCIDRs(
+      service.loadBalancerSourceRanges.filter((cidr) => familyOfValidated(cidr) === family),
+    )
     : [];
   const allowFromLoadBalancerIPs = ctx.nodePortAddresses.some((ip) =>
     sourceRanges.some((range) => cidrContains(range, ip))
@@ -346,7 +347,7 @@ function warnIfOutsideServiceCIDRs(ctx: FamilyContext, key: ServiceKey, clusterI
 
 /** Declared externalIPs of the family, without those outside the allow-list. */
 function allowedExternalIPs(ctx: FamilyContext, key: ServiceKey, declared: string[]): string[] {
-  const ofFamily = declared.filter((ip) => familyOf(ip) === ctx.family);
+  const ofFamily = declared.filter((ip) => familyOfValidated(ip) === ctx.family);
   if (ctx.options.externalIPAllowedCIDRs.length === 0) return ofFamily;
   return ofFamily.filter((ip) => {
     if (ctx.externalIPAllowed.some((cidr) => cidrContains(cidr, ip))) return true;
@@ -417,12 +418,12 @@ function nodePortAddresses(
     options.nodePortAddresses.filter((v) => v !== NODE_PORT_ADDRESSES_PRIMARY),
     family,
   );
-  const localOfFamily = options.localAddresses.filter((ip) => familyOf(ip) === family);
+  const localOfFamily = options.localAddresses.filter((ip) => familyOfValidated(ip) === family);
   let candidates: string[];
   if (cidrs.length > 0) {
     candidates = localOfFamily.filter((ip) => cidrs.some((cidr) => cidrContains(cidr, ip)));
   } else {
-    const primary = (node?.addresses ?? []).find((ip) => familyOf(ip) === family) ??
+    const primary = (node?.addresses ?? []).find((ip) => familyOfValidated(ip) === family) ??
       localOfFamily.find((ip) => !isLoopback(ip));
     candidates = primary === undefined ? [] : [primary];
   }

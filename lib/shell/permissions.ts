@@ -9,6 +9,7 @@
  * @module
  */
 
+import { joinHostPort } from "../core/ip.ts";
 import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
 import type { Config, PortRange, ProxyMode } from "../config/types.ts";
 import { modeOf, programsOf, PROXY_MODES } from "../../backends/registry.ts";
@@ -99,8 +100,7 @@ export function permissionsFor(input: PermissionInput): PermissionSet {
           `more than the ${MAX_GRANTED_PORTS} one --allow-net flag can name`,
       );
     }
-    const bracketed = host.includes(":") ? `[${host}]` : host;
-    for (let port = ports.first; port <= ports.last; port++) net.push(`${bracketed}:${port}`);
+    for (let port = ports.first; port <= ports.last; port++) net.push(joinHostPort(host, port));
   }
   for (const entry of net) {
     if (!HOST_PORT.test(entry)) {
@@ -177,7 +177,7 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
           "Cannot find the apiserver: no --master, --kubeconfig or in-cluster environment",
         );
       }
-      apiservers.push(host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`);
+      apiservers.push(joinHostPort(host, port));
       read.push(SERVICE_ACCOUNT_DIR);
     }
   }
