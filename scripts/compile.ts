@@ -5,7 +5,7 @@
  * A compiled executable cannot take new permission flags at run time, so the
  * apiservers it may reach are named at build time (`--apiserver=host:port`,
  * repeatable); every other permission is the fixed narrow set of
- * `lib/permissions.ts`. `deno compile` needs the target's runtime (denort): it
+ * `lib/shell/permissions.ts`. `deno compile` needs the target's runtime (denort): it
  * is used from the Deno cache when present, and this script says so clearly
  * when it is not (an offline machine cannot download it).
  *

@@ -83,7 +83,7 @@ export interface IptablesBackendOptions {
  * @example Usage
  * ```ts ignore
  * const backend = createIptablesBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createIptablesBackend(options: IptablesBackendOptions): Backend {

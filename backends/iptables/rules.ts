@@ -67,6 +67,35 @@ export function comment(text: string): string[] {
   return ["-m", "comment", "--comment", text];
 }
 
+/**
+ * The KUBE-FORWARD rules both iptables-based modes share: drop
+ * conntrack-INVALID packets (unless `--conntrack-tcp-be-liberal`), accept
+ * marked service traffic and the replies to it.
+ */
+export function forwardRules(mark: string, options: { dropInvalid: boolean }): string[][] {
+  return [
+    ...(options.dropInvalid ? [["-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"]] : []),
+    [
+      ...comment("kubernetes forwarding rules"),
+      "-m",
+      "mark",
+      "--mark",
+      `${mark}/${mark}`,
+      "-j",
+      "ACCEPT",
+    ],
+    [
+      ...comment("kubernetes forwarding conntrack rule"),
+      "-m",
+      "conntrack",
+      "--ctstate",
+      "RELATED,ESTABLISHED",
+      "-j",
+      "ACCEPT",
+    ],
+  ];
+}
+
 export function dest(layout: ServiceLayout, ip: string, port: number): string[] {
   return ["-m", layout.protocol, "-p", layout.protocol, "-d", ip, "--dport", String(port)];
 }

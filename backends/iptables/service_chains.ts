@@ -6,7 +6,6 @@
  */
 
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
-import { cidrContains } from "../../lib/core/ip.ts";
 import { Chains } from "./chains.ts";
 import { serviceLayout } from "./layout.ts";
 import { endpointChainName, endpointString } from "./names.ts";
@@ -110,10 +109,7 @@ export function renderServiceChains(
     for (const range of service.sourceRanges) {
       fw.push([...lbComment, "-s", range, "-j", names.external]);
     }
-    const allowFromNode = plan.nodePortAddresses.some((ip) =>
-      service.sourceRanges.some((range) => cidrContains(range, ip))
-    );
-    if (allowFromNode) {
+    if (service.allowFromLoadBalancerIPs) {
       for (const ip of service.loadBalancerIPs) {
         fw.push([...lbComment, "-s", ip, "-j", names.external]);
       }
@@ -121,9 +117,9 @@ export function renderServiceChains(
     fw.push(comment(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`));
   }
 
-  const masquerade = service.clusterIPMasquerade === "all"
+  const masquerade = plan.clusterIPMasquerade === "all"
     ? []
-    : service.clusterIPMasquerade === "non-local"
+    : plan.clusterIPMasquerade === "non-local"
     ? ifNotLocal(plan.localTraffic)
     : undefined;
   const policyChains: [string | undefined, ServicePortPlan["internal"]][] = [

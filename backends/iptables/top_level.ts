@@ -15,6 +15,7 @@ import {
   type ChainRules,
   comment,
   dest,
+  forwardRules,
   type IptablesRenderOptions,
   masqueradeMark,
   push,
@@ -109,27 +110,9 @@ export function renderTopLevelChains(
     ]);
   }
 
-  if (!options.conntrackTcpBeLiberal) {
-    push(filter, Chains.forward, ["-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"]);
+  for (const rule of forwardRules(mark, { dropInvalid: !options.conntrackTcpBeLiberal })) {
+    push(filter, Chains.forward, rule);
   }
-  push(filter, Chains.forward, [
-    ...comment("kubernetes forwarding rules"),
-    "-m",
-    "mark",
-    "--mark",
-    `${mark}/${mark}`,
-    "-j",
-    "ACCEPT",
-  ]);
-  push(filter, Chains.forward, [
-    ...comment("kubernetes forwarding conntrack rule"),
-    "-m",
-    "conntrack",
-    "--ctstate",
-    "RELATED,ESTABLISHED",
-    "-j",
-    "ACCEPT",
-  ]);
   return { nat, filter };
 }
 

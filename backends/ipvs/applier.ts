@@ -7,6 +7,7 @@
  * @module
  */
 
+import { ipFamily } from "../../lib/core/ip.ts";
 import { getLogger } from "@logtape/logtape";
 import {
   type Backend,
@@ -84,7 +85,7 @@ export class IpvsUnavailableError extends ModeUnavailableError {
  * @example Usage
  * ```ts ignore
  * const backend = createIpvsBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createIpvsBackend(options: IpvsBackendOptions): Backend {
@@ -139,7 +140,7 @@ class IpvsBackend implements Backend {
     for (const [family, state] of this.#state) {
       const owned = ownedAddresses(state, listing.dummy);
       const actual = listing.servers.filter((vs) =>
-        familyOf(vs.address) === family && owned.has(vs.address)
+        ipFamily(vs.address) === family && owned.has(vs.address)
       );
       if (JSON.stringify(actual) !== JSON.stringify(state.kernel)) return true;
       const bound = new Set(listing.dummy);
@@ -310,9 +311,9 @@ class IpvsBackend implements Backend {
       ...desired.virtualServers.map((vs) => vs.address),
     ]);
     const current = listing.servers.filter((vs) =>
-      familyOf(vs.address) === family && owned.has(vs.address)
+      ipFamily(vs.address) === family && owned.has(vs.address)
     );
-    const bound = listing.dummy.filter((ip) => familyOf(ip) === family);
+    const bound = listing.dummy.filter((ip) => ipFamily(ip) === family);
     const wanted = new Set(desired.dummyAddresses);
     let commands = 0;
 
@@ -459,10 +460,6 @@ function jumpArgs(verb: "-C" | "-I" | "-D", jump: IptablesJump): string[] {
   ];
 }
 
-function familyOf(address: string): IpFamily {
-  return address.includes(":") ? "IPv6" : "IPv4";
-}
-
 /** Addresses whose virtual servers this backend owns: bound VIPs and ones it created. */
 function ownedAddresses(state: FamilyState, dummy: readonly string[]): Set<string> {
   return new Set([
@@ -473,7 +470,7 @@ function ownedAddresses(state: FamilyState, dummy: readonly string[]): Set<strin
 }
 
 /** Parses `ip -o address show dev kube-ipvs0` into the bound addresses. */
-export function parseAddresses(text: string): string[] {
+function parseAddresses(text: string): string[] {
   const addresses: string[] = [];
   for (const match of text.matchAll(/\binet6?\s+([0-9a-fA-F:.]+)\/\d+/g)) {
     if (match[1]) addresses.push(match[1]);

@@ -27,7 +27,7 @@ export type IpvsOp =
 
 /** Whether a removed real server of this virtual server drains before deletion.
  * As upstream, only TCP does: UDP and SCTP real servers are deleted at once. */
-export function drainsGracefully(vs: Pick<VirtualServer, "protocol">): boolean {
+function drainsGracefully(vs: Pick<VirtualServer, "protocol">): boolean {
   return vs.protocol === "TCP";
 }
 
@@ -82,7 +82,7 @@ export function diffIpvs(
 }
 
 /** Renders one operation as an `ipvsadm --restore` line (no newline). */
-export function renderIpvsOp(op: IpvsOp): string {
+function renderIpvsOp(op: IpvsOp): string {
   switch (op.kind) {
     case "add-service":
       return ["-A", ...serviceArgs(op.vs), ...schedulingArgs(op.vs)].join(" ");

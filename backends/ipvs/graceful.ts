@@ -18,7 +18,7 @@ export interface GracefulTerminationOptions {
 }
 
 /** Default time a real server may drain before it is deleted anyway (15 minutes). */
-export const DEFAULT_DRAIN_TIMEOUT_MS = 900_000;
+const DEFAULT_DRAIN_TIMEOUT_MS = 900_000;
 
 /**
  * Remembers since when each real server has been draining and decides when to

@@ -5,16 +5,20 @@
  * load-balancer source-range firewall and the forward rules. The rules are
  * static per plan shape; the ipsets hold the per-service data.
  *
- * Kept small and local to the ipvs mode (the iptables mode renders its own
- * `KUBE-MARK-MASQ`/`KUBE-POSTROUTING` in the same shape).
+ * Written with the iptables mode's script builder (`IptablesRestoreScript`:
+ * validated, quoted arguments), its masquerade mark and local-traffic match.
  *
  * @module
  */
 
+import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import type { ChainOwnership } from "../iptables/chains.ts";
-import { type IpsetKey, ipsetName, validateCidr } from "./render.ts";
+import { type IpsetKey, ipsetName } from "./render.ts";
+import { checkCidr } from "../../lib/core/plan_check.ts";
+import { IptablesRestoreScript } from "../iptables/script.ts";
+import { comment, forwardRules, ifLocal, masqueradeMark } from "../iptables/rules.ts";
 
 /** Options for {@linkcode renderIpvsIptables}. */
 export interface IpvsIptablesOptions {
@@ -66,7 +70,7 @@ export const IPVS_JUMPS: readonly IptablesJump[] = Object.freeze([
 ]);
 
 /** The chains the ipvs mode owns, per table. */
-export const IPVS_CHAINS = Object.freeze(
+const IPVS_CHAINS = Object.freeze(
   {
     nat: [
       "KUBE-SERVICES",
@@ -96,91 +100,72 @@ export const isIpvsModeChain: ChainOwnership = (table, chain) =>
   ((IPVS_CHAINS as Record<string, readonly string[]>)[table]?.includes(chain) ?? false) ||
   (KUBE_PROXY_IPVS_CHAINS[table]?.includes(chain) ?? false);
 
-const INTERFACE = /^[A-Za-z0-9_.:@-]{1,15}$/;
-
-/** The fwmark value of a masquerade bit, e.g. `0x4000` for 14. */
-export function masqueradeMark(bit: number): string {
-  if (!Number.isInteger(bit) || bit < 0 || bit > 31) {
-    throw new RangeError(`Cannot use masquerade bit ${bit}: not in 0..31`);
-  }
-  return `0x${(2 ** bit).toString(16)}`;
-}
-
-/** `-m comment --comment "<text>"` (texts are constants of this module). */
-function comment(text: string): string {
-  return `-m comment --comment "${text}"`;
-}
-
-function localSourceReturns(plan: Plan): string[] {
-  const detector = plan.localTraffic;
-  switch (detector.mode) {
-    case "ClusterCIDR":
-    case "NodeCIDR":
-      return detector.cidrs.map((cidr) => {
-        validateCidr(cidr, plan.family);
-        return `-s ${cidr}`;
-      });
-    case "BridgeInterface":
-    case "InterfaceNamePrefix":
-      return detector.interfaces.map((name) => {
-        if (!INTERFACE.test(name)) {
-          throw new TypeError(`Cannot use interface "${name}": not an interface name`);
-        }
-        return `-i ${name}${detector.mode === "InterfaceNamePrefix" ? "+" : ""}`;
-      });
-    case "None":
-      return [];
-  }
-}
-
 /**
- * Renders the `iptables-restore --noflush` input of the ipvs mode for a plan.
+ * Renders the `iptables-restore --noflush` input of the ipvs mode for a plan,
+ * with the iptables mode's script builder, mark and local-traffic match.
  * Every owned chain is declared, which flushes it, so the result replaces the
  * previous rules atomically. Pure.
  *
  * @throws {RangeError} on an invalid masquerade bit
+ * @throws {TypeError} when a local-traffic CIDR or interface is invalid
  */
 export function renderIpvsIptables(plan: Plan, options: IpvsIptablesOptions = {}): string {
-  const mark = masqueradeMark(options.masqueradeBit ?? 14);
+  const mark = masqueradeMark(options.masqueradeBit);
+  const marked = `${mark}/${mark}`;
   const set = (key: IpsetKey) => ipsetName(key, plan.family);
-  const masq = plan.services.map((service) => service.clusterIPMasquerade);
-  const nat: string[] = IPVS_CHAINS.nat.map((chain) => `:${chain} - [0:0]`);
+  const matchSet = (key: IpsetKey, flags: string) => ["-m", "set", "--match-set", set(key), flags];
+  const script = new IptablesRestoreScript(plan.family);
+  for (const chain of IPVS_CHAINS.nat) script.declareChain("nat", chain);
+  for (const chain of IPVS_CHAINS.filter) script.declareChain("filter", chain);
+  const nat = (chain: string, ...args: string[]) => script.appendRule("nat", chain, args);
+  const filter = (chain: string, ...args: string[]) => script.appendRule("filter", chain, args);
 
-  if (masq.includes("all")) {
-    nat.push(
-      `-A KUBE-SERVICES ${
-        comment("Kubernetes service cluster ip + port for masquerade purpose")
-      } ` +
-        `-m set --match-set ${set("clusterIP")} dst,dst -j KUBE-MARK-MASQ`,
-    );
-  } else if (masq.includes("non-local") && plan.localTraffic.mode !== "None") {
-    nat.push(
-      `-A KUBE-SERVICES ${
-        comment("Kubernetes service cluster ip + port for masquerade purpose")
-      } ` +
-        `-m set --match-set ${set("clusterIP")} dst,dst -j KUBE-NON-LOCAL-MASQ`,
-    );
-    for (const match of localSourceReturns(plan)) {
-      nat.push(`-A KUBE-NON-LOCAL-MASQ ${match} -j RETURN`);
-    }
-    nat.push("-A KUBE-NON-LOCAL-MASQ -j KUBE-MARK-MASQ");
+  // Only a node with services writes the rule (it matches the cluster IP set).
+  const masq = plan.services.length > 0 ? plan.clusterIPMasquerade : "none";
+  const clusterIPs = [
+    ...comment("Kubernetes service cluster ip + port for masquerade purpose"),
+    ...matchSet("clusterIP", "dst,dst"),
+  ];
+  if (masq === "all") {
+    nat("KUBE-SERVICES", ...clusterIPs, "-j", "KUBE-MARK-MASQ");
+  } else if (masq === "non-local" && plan.localTraffic.mode !== "None") {
+    nat("KUBE-SERVICES", ...clusterIPs, "-j", "KUBE-NON-LOCAL-MASQ");
+    checkLocalTraffic(plan);
+    const local = ifLocal(plan.localTraffic);
+    if (local !== undefined) nat("KUBE-NON-LOCAL-MASQ", ...local, "-j", "RETURN");
+    nat("KUBE-NON-LOCAL-MASQ", "-j", "KUBE-MARK-MASQ");
   }
-  nat.push(
-    `-A KUBE-SERVICES -m set --match-set ${set("clusterIP")} dst,dst -j ACCEPT`,
-    `-A KUBE-SERVICES ${comment("Kubernetes service load balancer ip + port")} ` +
-      `-m set --match-set ${set("loadBalancer")} dst,dst -j KUBE-LOAD-BALANCER`,
-    `-A KUBE-SERVICES ${comment("Kubernetes service external ip + port")} ` +
-      `-m set --match-set ${set("externalIP")} dst,dst -j KUBE-EXTERNAL-IPS`,
-    `-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT`,
-    ...externalLocalRules(
-      "KUBE-LOAD-BALANCER",
-      `-m set --match-set ${set("loadBalancerLocal")} dst,dst`,
-    ),
-    ...externalLocalRules(
-      "KUBE-EXTERNAL-IPS",
-      `-m set --match-set ${set("externalIPLocal")} dst,dst`,
-    ),
+  nat("KUBE-SERVICES", ...matchSet("clusterIP", "dst,dst"), "-j", "ACCEPT");
+  nat(
+    "KUBE-SERVICES",
+    ...comment("Kubernetes service load balancer ip + port"),
+    ...matchSet("loadBalancer", "dst,dst"),
+    "-j",
+    "KUBE-LOAD-BALANCER",
   );
+  nat(
+    "KUBE-SERVICES",
+    ...comment("Kubernetes service external ip + port"),
+    ...matchSet("externalIP", "dst,dst"),
+    "-j",
+    "KUBE-EXTERNAL-IPS",
+  );
+  nat("KUBE-SERVICES", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "KUBE-NODE-PORT");
+  // Local policy: keep the client's source, except for traffic from the node
+  // itself. ACCEPT ends the nat lookup so a VIP (a local address) is not also
+  // taken for a node port.
+  for (
+    const [chain, key] of [
+      ["KUBE-LOAD-BALANCER", "loadBalancerLocal"],
+      ["KUBE-EXTERNAL-IPS", "externalIPLocal"],
+    ] as const
+  ) {
+    const local = matchSet(key, "dst,dst");
+    nat(chain, ...local, "-m", "addrtype", "--src-type", "LOCAL", "-j", "KUBE-MARK-MASQ");
+    nat(chain, ...local, "-j", "ACCEPT");
+    nat(chain, "-j", "KUBE-MARK-MASQ");
+    nat(chain, "-j", "ACCEPT");
+  }
   for (
     const [proto, local, all] of [
       ["tcp", "nodePortLocalTCP", "nodePortTCP"],
@@ -188,50 +173,68 @@ export function renderIpvsIptables(plan: Plan, options: IpvsIptablesOptions = {}
       ["sctp", "nodePortLocalSCTP", "nodePortSCTP"],
     ] as const
   ) {
-    nat.push(
-      `-A KUBE-NODE-PORT -p ${proto} -m set --match-set ${set(local)} dst ` +
-        `-m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`,
-      `-A KUBE-NODE-PORT -p ${proto} -m set --match-set ${set(local)} dst -j RETURN`,
-      `-A KUBE-NODE-PORT -p ${proto} -m set --match-set ${set(all)} dst -j KUBE-MARK-MASQ`,
+    const localPorts = ["-p", proto, ...matchSet(local, "dst")];
+    nat(
+      "KUBE-NODE-PORT",
+      ...localPorts,
+      "-m",
+      "addrtype",
+      "--src-type",
+      "LOCAL",
+      "-j",
+      "KUBE-MARK-MASQ",
     );
+    nat("KUBE-NODE-PORT", ...localPorts, "-j", "RETURN");
+    nat("KUBE-NODE-PORT", "-p", proto, ...matchSet(all, "dst"), "-j", "KUBE-MARK-MASQ");
   }
-  nat.push(
-    `-A KUBE-POSTROUTING ${
-      comment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose")
-    } ` +
-      `-m set --match-set ${set("loopBack")} dst,dst,src -j MASQUERADE`,
-    `-A KUBE-POSTROUTING -m mark ! --mark ${mark}/${mark} -j RETURN`,
-    `-A KUBE-POSTROUTING -j MARK --xor-mark ${mark}`,
-    `-A KUBE-POSTROUTING ${
-      comment("kubernetes service traffic requiring SNAT")
-    } -j MASQUERADE --random-fully`,
-    `-A KUBE-MARK-MASQ -j MARK --or-mark ${mark}`,
+  nat(
+    "KUBE-POSTROUTING",
+    ...comment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
+    ...matchSet("loopBack", "dst,dst,src"),
+    "-j",
+    "MASQUERADE",
   );
+  nat("KUBE-POSTROUTING", "-m", "mark", "!", "--mark", marked, "-j", "RETURN");
+  nat("KUBE-POSTROUTING", "-j", "MARK", "--xor-mark", mark);
+  nat(
+    "KUBE-POSTROUTING",
+    ...comment("kubernetes service traffic requiring SNAT"),
+    "-j",
+    "MASQUERADE",
+    "--random-fully",
+  );
+  nat("KUBE-MARK-MASQ", "-j", "MARK", "--or-mark", mark);
 
-  const filter: string[] = [
-    ...IPVS_CHAINS.filter.map((chain) => `:${chain} - [0:0]`),
-    `-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP`,
-    `-A KUBE-FORWARD ${
-      comment("kubernetes forwarding rules")
-    } -m mark --mark ${mark}/${mark} -j ACCEPT`,
-    `-A KUBE-FORWARD ${comment("kubernetes forwarding conntrack rule")} ` +
-    `-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
-    `-A KUBE-PROXY-FIREWALL ${comment("Kubernetes service load balancer source ranges")} ` +
-    `-m set --match-set ${set("loadBalancerFW")} dst,dst ` +
-    `-m set ! --match-set ${set("loadBalancerSourceCIDR")} dst,dst,src -j DROP`,
-  ];
-  return ["*nat", ...nat, "COMMIT", "*filter", ...filter, "COMMIT", ""].join("\n");
+  for (const rule of forwardRules(mark, { dropInvalid: true })) filter("KUBE-FORWARD", ...rule);
+  filter(
+    "KUBE-PROXY-FIREWALL",
+    ...comment("Kubernetes service load balancer source ranges"),
+    ...matchSet("loadBalancerFW", "dst,dst"),
+    "-m",
+    "set",
+    "!",
+    "--match-set",
+    set("loadBalancerSourceCIDR"),
+    "dst,dst,src",
+    "-j",
+    "DROP",
+  );
+  if (script.error) throw script.error;
+  return script.toString();
 }
 
-/** Local policy: keep the client's source, except for traffic from the node itself.
- * ACCEPT ends the nat lookup so a VIP (a local address) is not also taken for a node port. */
-function externalLocalRules(chain: string, localMatch: string): string[] {
-  return [
-    `-A ${chain} ${localMatch} -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`,
-    `-A ${chain} ${localMatch} -j ACCEPT`,
-    `-A ${chain} -j KUBE-MARK-MASQ`,
-    `-A ${chain} -j ACCEPT`,
-  ];
+/** The local-traffic CIDRs and interfaces must be of the plan's family and well-formed. */
+function checkLocalTraffic(plan: Plan): void {
+  const detector = plan.localTraffic;
+  if (detector.mode === "ClusterCIDR" || detector.mode === "NodeCIDR") {
+    for (const cidr of detector.cidrs) checkCidr(cidr, plan.family);
+  } else if (detector.mode === "BridgeInterface" || detector.mode === "InterfaceNamePrefix") {
+    for (const name of detector.interfaces) {
+      if (!isInterfaceName(name)) {
+        throw new TypeError(`Cannot use interface "${name}": not an interface name`);
+      }
+    }
+  }
 }
 
 /** The iptables programs of a family and `iptables.backend` value. */

@@ -7,10 +7,11 @@
  * @module
  */
 
-import { isIP } from "node:net";
+import { joinHostPort } from "../../lib/core/ip.ts";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
+import { checkAddress, checkServicePort } from "../../lib/core/plan_check.ts";
 
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
@@ -110,11 +111,6 @@ export function ipsetName(key: IpsetKey, family: IpFamily): string {
   return `${family === "IPv4" ? "KUBE-" : "KUBE6-"}${IPSET_BASES[key]}`;
 }
 
-/** The ipset type of a set. */
-export function ipsetType(key: IpsetKey): IpsetSpec["type"] {
-  return IPSET_TYPES[key];
-}
-
 /** Throws a TypeError unless `scheduler` is one of {@linkcode IPVS_SCHEDULERS} (or ""). */
 export function validateScheduler(scheduler: string): string {
   const name = scheduler === "" ? "rr" : scheduler;
@@ -126,33 +122,6 @@ export function validateScheduler(scheduler: string): string {
   return name;
 }
 
-/** Throws a TypeError unless `address` is an IP address of `family`. */
-export function validateAddress(address: string, family: IpFamily): void {
-  if (isIP(address) !== (family === "IPv4" ? 4 : 6)) {
-    throw new TypeError(`Cannot use address "${address}": not an ${family} address`);
-  }
-}
-
-/** Throws a TypeError unless `cidr` is a CIDR of `family`. */
-export function validateCidr(cidr: string, family: IpFamily): void {
-  const [address = "", prefix, ...rest] = cidr.split("/");
-  const max = family === "IPv4" ? 32 : 128;
-  const bits = Number(prefix);
-  if (
-    rest.length > 0 || prefix === undefined || !/^\d{1,3}$/.test(prefix) || bits > max ||
-    isIP(address) !== (family === "IPv4" ? 4 : 6)
-  ) {
-    throw new TypeError(`Cannot use CIDR "${cidr}": not an ${family} CIDR`);
-  }
-}
-
-/** Throws a RangeError unless `port` is an integer in 1..65535. */
-export function validatePort(port: number): void {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new RangeError(`Cannot use port ${port}: not in 1..65535`);
-  }
-}
-
 /** The stable key of a virtual server: `TCP/10.0.0.1/80`. */
 export function virtualServerKey(vs: Pick<VirtualServer, "protocol" | "address" | "port">): string {
   return `${vs.protocol}/${vs.address}/${vs.port}`;
@@ -160,12 +129,7 @@ export function virtualServerKey(vs: Pick<VirtualServer, "protocol" | "address" 
 
 /** The stable key of a real server: `10.0.0.1:80` (`[fd00::1]:80` for IPv6). */
 export function realServerKey(rs: Pick<RealServer, "address" | "port">): string {
-  return hostPort(rs.address, rs.port);
-}
-
-/** Formats `address:port`, bracketing IPv6 addresses as ipvsadm does. */
-export function hostPort(address: string, port: number): string {
-  return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
+  return joinHostPort(rs.address, rs.port);
 }
 
 /**
@@ -188,10 +152,10 @@ export function renderIpvs(plan: Plan, options: IpvsRenderOptions = {}): IpvsDes
     (Object.keys(IPSET_BASES) as IpsetKey[]).map((key) => [key, new Set<string>()]),
   );
   const add = (key: IpsetKey, entry: string) => sets.get(key)?.add(entry);
-  for (const address of plan.nodePortAddresses) validateAddress(address, family);
+  for (const address of plan.nodePortAddresses) checkAddress(address, family);
 
   for (const service of plan.services) {
-    validateService(service, family);
+    checkServicePort(service, family);
     const proto = service.protocol.toLowerCase();
     const vip = (address: string, port: number, endpoints: PlanEndpoint[]) => {
       const vs = virtualServer({ service, address, port, scheduler, endpoints });
@@ -273,26 +237,6 @@ function virtualServer(
   };
 }
 
-function validateService(service: ServicePortPlan, family: IpFamily): void {
-  validatePort(service.port);
-  if (service.nodePort !== 0) validatePort(service.nodePort);
-  if (!["TCP", "UDP", "SCTP"].includes(service.protocol)) {
-    throw new TypeError(`Cannot use protocol "${service.protocol}" of ${service.id}`);
-  }
-  const timeout = service.affinityTimeoutSeconds;
-  if (!Number.isInteger(timeout) || timeout < 0 || timeout > 86400) {
-    throw new RangeError(`Cannot use affinity timeout ${timeout} of ${service.id}`);
-  }
-  for (const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]) {
-    validateAddress(ip, family);
-  }
-  for (const cidr of service.sourceRanges) validateCidr(cidr, family);
-  for (const ep of [...service.internal.endpoints, ...service.external.endpoints]) {
-    validateAddress(ep.ip, family);
-    validatePort(ep.port);
-  }
-}
-
 function byKey<T>(key: (value: T) => string): (a: T, b: T) => number {
   return (a, b) => {
     const x = key(a);
@@ -302,13 +246,13 @@ function byKey<T>(key: (value: T) => string): (a: T, b: T) => number {
 }
 
 /** The ipvsadm service option for a protocol: `-t`, `-u` or `--sctp-service`. */
-export function protocolFlag(protocol: Protocol): string {
+function protocolFlag(protocol: Protocol): string {
   return protocol === "TCP" ? "-t" : protocol === "UDP" ? "-u" : "--sctp-service";
 }
 
 /** The ipvsadm arguments naming a virtual server, e.g. `-t 10.0.0.1:80`. */
 export function serviceArgs(vs: Pick<VirtualServer, "protocol" | "address" | "port">): string[] {
-  return [protocolFlag(vs.protocol), hostPort(vs.address, vs.port)];
+  return [protocolFlag(vs.protocol), joinHostPort(vs.address, vs.port)];
 }
 
 /** The scheduling options of a virtual server: `-s rr [-b mh-port] [-p N]`. */
@@ -321,7 +265,7 @@ export function schedulingArgs(vs: VirtualServer): string[] {
 
 /** The ipvsadm arguments of a real server with its weight: `-r ep:port -m -w 1`. */
 export function realServerArgs(rs: RealServer): string[] {
-  return ["-r", hostPort(rs.address, rs.port), "-m", "-w", String(rs.weight)];
+  return ["-r", joinHostPort(rs.address, rs.port), "-m", "-w", String(rs.weight)];
 }
 
 /**
@@ -340,7 +284,7 @@ export function renderIpvsadmRestore(state: IpvsDesiredState): string {
 }
 
 /** The prefix length of a host address of the family (`/32` or `/128`). */
-export function hostPrefix(family: IpFamily): number {
+function hostPrefix(family: IpFamily): number {
   return family === "IPv4" ? 32 : 128;
 }
 

@@ -56,7 +56,7 @@ export interface NftablesBackendOptions {
  * Upstream also sets nf_conntrack_max and the TCP established / close-wait
  * timeouts; kproxy has no configuration fields for them yet.
  */
-export function conntrackSysctls(config: Config): Record<string, string> {
+function conntrackSysctls(config: Config): Record<string, string> {
   return config.conntrack.tcpBeLiberal ? { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" } : {};
 }
 
@@ -66,7 +66,7 @@ export function conntrackSysctls(config: Config): Record<string, string> {
  * @example Usage
  * ```ts ignore
  * const backend = createNftablesBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createNftablesBackend(options: NftablesBackendOptions): Backend {

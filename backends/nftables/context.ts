@@ -6,8 +6,9 @@
  * @module
  */
 
+import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
-import type { Plan } from "../../lib/core/plan.ts";
+import type { ClusterIPMasquerade, Plan } from "../../lib/core/plan.ts";
 import { canonicalIP, ipFamily, parseCIDR } from "../../lib/core/ip.ts";
 import { Element, type NftFamily, type TableRef } from "./transaction.ts";
 
@@ -15,7 +16,7 @@ import { Element, type NftFamily, type TableRef } from "./transaction.ts";
 export const DEFAULT_TABLE = "kproxy";
 
 /** Default masquerade mark: bit 14, as kube-proxy. */
-export const DEFAULT_MASQUERADE_MARK = 0x4000;
+const DEFAULT_MASQUERADE_MARK = 0x4000;
 
 /** Options shared by the render functions. */
 export interface RenderOptions {
@@ -44,7 +45,7 @@ export interface RenderOptions {
 }
 
 /** Default of {@linkcode RenderOptions.presetSlotChains}. */
-export const DEFAULT_PRESET_SLOT_CHAINS = 64;
+const DEFAULT_PRESET_SLOT_CHAINS = 64;
 
 /** Maps a plan family to its nftables family. */
 export function nftFamily(family: IpFamily): NftFamily {
@@ -67,6 +68,8 @@ export interface Context {
   localMatches: string[];
   /** Matches traffic NOT from local pods (all conditions in one rule), or undefined. */
   nonLocalMatch?: string;
+  /** The node's masquerade for cluster IP traffic (`Plan.clusterIPMasquerade`). */
+  clusterIPMasquerade: ClusterIPMasquerade;
 }
 
 export function context(plan: Plan, options: RenderOptions): Context {
@@ -100,7 +103,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     case "InterfaceNamePrefix": {
       const wildcard = detector.mode === "InterfaceNamePrefix" ? "*" : "";
       const names = detector.interfaces.map((name) => {
-        if (!/^[a-zA-Z0-9_.@:-]{1,15}$/.test(name)) {
+        if (!isInterfaceName(name)) {
           throw new TypeError(`Cannot render interface name "${name}": not an interface name`);
         }
         return `"${name}${wildcard}"`;
@@ -120,6 +123,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     markSet,
     localMatches,
     nonLocalMatch: negatives.length > 0 ? negatives.join(" ") : undefined,
+    clusterIPMasquerade: plan.clusterIPMasquerade,
   };
 }
 

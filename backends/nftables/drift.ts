@@ -25,6 +25,7 @@ import { systemClock } from "../../lib/shell/clock.ts";
 import type { Clock } from "../../lib/core/clock.ts";
 import type { Executor } from "../../lib/core/executor.ts";
 import type { TableRef } from "./transaction.ts";
+import { readNftBlocks } from "./listing.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);
 
@@ -59,31 +60,13 @@ export interface SkeletonCheckOptions {
  */
 export function parseTableChains(listing: string): Map<string, string[]> {
   const chains = new Map<string, string[]>();
-  let lines: string[] | undefined;
-  let inBlock = false;
-  for (const raw of listing.split("\n")) {
-    const line = raw.trim();
-    const chain = /^chain (\S+) \{$/.exec(line);
-    if (chain) {
-      lines = [];
-      chains.set(chain[1]!, lines);
-      inBlock = true;
-      continue;
-    }
-    if (/^(set|map|flowtable|counter|quota) \S+ \{$/.test(line)) {
-      lines = undefined;
-      inBlock = true;
-      continue;
-    }
-    if (line === "}") {
-      if (!inBlock) continue;
-      lines = undefined;
-      inBlock = false;
-      continue;
-    }
-    if (lines === undefined || line === "") continue;
-    lines.push(
-      line.replace(/\s*# handle \d+$/, "").replace(/counter packets \d+ bytes \d+/g, "counter"),
+  for (const block of readNftBlocks(listing)) {
+    if (block.kind !== "chain") continue;
+    chains.set(
+      block.name,
+      block.lines.map((line) =>
+        line.replace(/\s*# handle \d+$/, "").replace(/counter packets \d+ bytes \d+/g, "counter")
+      ),
     );
   }
   return chains;

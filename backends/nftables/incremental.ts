@@ -66,6 +66,7 @@ export function renderIncremental(
   const { plan, previous, changed } = input;
   if (plan.family !== previous.family) return undefined;
   if (JSON.stringify(plan.localTraffic) !== JSON.stringify(previous.localTraffic)) return undefined;
+  if (plan.clusterIPMasquerade !== previous.clusterIPMasquerade) return undefined;
   const ctx = context(plan, options);
   const tx = new Transaction(tableRef(plan.family, options.table));
   const before = indexById(previous, changed);
@@ -196,7 +197,7 @@ export function renderIncremental(
     if (goneEndpointIPs.size === 0) break;
     if (changed.has(service.id)) continue;
     for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
-      if (mayHairpinHere(endpoint)) goneEndpointIPs.delete(endpoint.ip); // canonical (lib/parse.ts)
+      if (mayHairpinHere(endpoint)) goneEndpointIPs.delete(endpoint.ip); // canonical (lib/core/parse/)
     }
   }
   for (const ip of goneEndpointIPs) tx.delete(new Element({ set: "hairpin", key: [ip, ip] }));

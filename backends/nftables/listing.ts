@@ -8,7 +8,66 @@
 import type { Listing } from "../../lib/core/backend.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 
-const HEADER = /^(chain|set|map)\s+(\S+)\s*\{$/;
+/** One block of an `nft list` listing: a chain, set, map or other named object. */
+export interface NftBlock {
+  /** The table's family (`ip`, `ip6`, …). */
+  family: string;
+  kind: string;
+  name: string;
+  /**
+   * Its lines between the braces, trimmed, in order, empty ones left out; a
+   * multi-line `elements = { … }` is one line.
+   */
+  lines: string[];
+}
+
+const BLOCK_HEADER = /^(chain|set|map|flowtable|counter|quota)\s+(\S+)\s*\{$/;
+
+/**
+ * Reads `nft list table`/`nft list ruleset` output into its blocks: the one
+ * reader of nft listings, under `kproxy diff` ({@linkcode parseNftListing})
+ * and the skeleton drift check (drift.ts).
+ */
+export function readNftBlocks(text: string): NftBlock[] {
+  const blocks: NftBlock[] = [];
+  let block: NftBlock | undefined;
+  let family = "";
+  let elements: string | undefined;
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (elements !== undefined) {
+      elements += " " + line;
+      if (braceDepth(elements) === 0) {
+        block?.lines.push(elements);
+        elements = undefined;
+      }
+      continue;
+    }
+    const table = /^table (\S+) /.exec(line);
+    if (table) {
+      family = table[1]!;
+      continue;
+    }
+    if (line === "") continue;
+    const header = BLOCK_HEADER.exec(line);
+    if (header) {
+      block = { family, kind: header[1]!, name: header[2]!, lines: [] };
+      blocks.push(block);
+      continue;
+    }
+    if (line === "}") {
+      block = undefined;
+      continue;
+    }
+    if (block === undefined) continue;
+    if (line.startsWith("elements = ") && braceDepth(line) !== 0) {
+      elements = line;
+      continue;
+    }
+    block.lines.push(line);
+  }
+  return blocks;
+}
 
 /**
  * Parses `nft list table` output; blocks are keyed `FAMILY KIND NAME`
@@ -18,47 +77,24 @@ const HEADER = /^(chain|set|map)\s+(\S+)\s*\{$/;
  */
 export function parseNftListing(text: string, ignoreSets: readonly string[] = ["canary"]): Listing {
   const listing: Listing = new Map();
-  let block: string | undefined;
-  let lines: Set<string> | undefined;
-  let dynamic = false;
-  let elements: string | undefined;
-  let family = "";
-  for (const raw of text.split("\n")) {
-    const line = raw.trim();
-    const table = /^table (\S+) /.exec(line);
-    if (table) family = `${table[1]} `;
-    if (line === "" || table || line.startsWith("comment ")) continue;
-    if (elements !== undefined) {
-      elements += " " + line;
-      if (braceDepth(elements) === 0) {
-        if (!dynamic) { for (const element of splitElements(elements)) lines!.add(element); }
-        elements = undefined;
+  for (const block of readNftBlocks(text)) {
+    if (block.kind !== "chain" && block.kind !== "set" && block.kind !== "map") continue;
+    const lines = new Set<string>();
+    listing.set(`${block.family} ${block.kind} ${block.name}`, lines);
+    let dynamic = ignoreSets.includes(block.name);
+    for (const line of block.lines) {
+      if (line.startsWith("comment ")) continue;
+      if (line.startsWith("elements = ")) {
+        if (!dynamic) {
+          for (const element of splitElements(line.slice("elements = ".length))) {
+            lines.add(element);
+          }
+        }
+        continue;
       }
-      continue;
+      if (/^flags .*\bdynamic\b/.test(line) || /^timeout /.test(line)) dynamic = true;
+      lines.add(normaliseRule(line));
     }
-    const header = HEADER.exec(line);
-    if (header) {
-      block = `${family}${header[1]} ${header[2]}`;
-      lines = new Set();
-      dynamic = ignoreSets.includes(header[2]!);
-      listing.set(block, lines);
-      continue;
-    }
-    if (line === "}") {
-      block = undefined;
-      continue;
-    }
-    if (block === undefined || lines === undefined) continue;
-    if (line.startsWith("elements = ")) {
-      elements = line.slice("elements = ".length);
-      if (braceDepth(elements) === 0) {
-        if (!dynamic) { for (const element of splitElements(elements)) lines.add(element); }
-        elements = undefined;
-      }
-      continue;
-    }
-    if (/^flags .*\bdynamic\b/.test(line) || /^timeout /.test(line)) dynamic = true;
-    lines.add(normaliseRule(line));
   }
   return listing;
 }

@@ -3,7 +3,7 @@
  * `<kind>-<namespace>/<name>/<protocol>/<port name, or _ when unnamed>`.
  *
  * Collision-free by construction, with nothing cut and nothing hashed: the
- * namespace, the name and a port name are DNS-1123 labels (`lib/parse.ts`
+ * namespace, the name and a port name are DNS-1123 labels (`lib/core/parse/`
  * admits nothing else, and {@linkcode serviceNameSuffix} checks again), so
  * none holds `/`, and `_` is no port name; the kind (`svc`, `ext`, `aff`,
  * `affx`) ends at its first `-`. Two service ports therefore share a name only

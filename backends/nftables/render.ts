@@ -1,5 +1,5 @@
 /**
- * Renders a {@linkcode Plan} as nftables transactions. Pure: no I/O.
+ * Renders a {@linkcode Plan} as nftables transactions. No I/O; service.ts logs what it leaves out.
  *
  * Layout (docs/ARCHITECTURE.md and docs/BENCHMARKS.md hold the measurements
  * behind it):

@@ -238,9 +238,9 @@ function usesSlotMaps(service: ServicePortPlan): boolean {
   return service.affinityTimeoutSeconds <= 0 && !service.externalLocal;
 }
 
-function clusterMasquerade(ctx: Context, service: ServicePortPlan): Masquerade {
-  if (service.clusterIPMasquerade === "all") return "all";
-  if (service.clusterIPMasquerade === "non-local" && ctx.nonLocalMatch !== undefined) {
+function clusterMasquerade(ctx: Context): Masquerade {
+  if (ctx.clusterIPMasquerade === "all") return "all";
+  if (ctx.clusterIPMasquerade === "non-local" && ctx.nonLocalMatch !== undefined) {
     return "non-local";
   }
   return "none";
@@ -293,7 +293,7 @@ export function slotChainsOf(ctx: Context, service: ServicePortPlan): SlotChain[
     chains.push({
       map: "service-endpoints",
       count: internal,
-      masquerade: clusterMasquerade(ctx, service),
+      masquerade: clusterMasquerade(ctx),
     });
   }
   if (external > 0 && service.externalIPs.length + service.loadBalancerIPs.length > 0) {
@@ -327,7 +327,7 @@ function slotMapRoutes(ctx: Context, service: ServicePortPlan): Routes {
     internal: route(
       "service-endpoints",
       service.internal.endpoints,
-      clusterMasquerade(ctx, service),
+      clusterMasquerade(ctx),
     ),
     external: route("service-endpoints", service.external.endpoints, "all"),
     nodePort: route("nodeport-endpoints", service.external.endpoints, "all"),
@@ -374,7 +374,7 @@ function chainRoutes(ctx: Context, service: ServicePortPlan, hasExternal: boolea
   };
 
   const svcRules: string[] = [];
-  const masquerade = clusterMasquerade(ctx, service);
+  const masquerade = clusterMasquerade(ctx);
   // The plan's masquerade is for traffic to the cluster IP: a local pod's packet
   // short-circuited here from an external address keeps its source, as upstream's.
   if (masquerade === "all") {

@@ -74,7 +74,7 @@ export class HnsSyncError extends Error {
  * @example Usage
  * ```ts ignore
  * const backend = createWindowsBackend({ executor, config });
- * await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+ * await backend.sync({ plans, changed: new Set(), full: true });
  * ```
  */
 export function createWindowsBackend(options: WindowsBackendOptions): Backend {

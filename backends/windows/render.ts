@@ -12,12 +12,13 @@
  */
 
 import { createHash } from "node:crypto";
-import { isIP } from "node:net";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
-import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
+import type { Plan, PlanEndpoint } from "../../lib/core/plan.ts";
+import { checkAddress, checkServicePort } from "../../lib/core/plan_check.ts";
+import { parseIP } from "../../lib/core/ip.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
-export const KPROXY_ID_PREFIX = "6b70726f";
+const KPROXY_ID_PREFIX = "6b70726f";
 
 /** HCN LoadBalancerFlags. */
 export const LB_FLAGS = Object.freeze({ none: 0, dsr: 1, ipv6: 2 });
@@ -36,10 +37,10 @@ export const PORT_FLAGS = Object.freeze({
 export const DISTRIBUTION = Object.freeze({ none: 0, sourceIP: 2 });
 
 /** The upstream default ClientIP affinity timeout; other values are not supported on Windows. */
-export const DEFAULT_AFFINITY_SECONDS = 10800;
+const DEFAULT_AFFINITY_SECONDS = 10800;
 
 /** IANA protocol numbers, as HNS port mappings expect them. */
-export const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
+const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
   TCP: 6,
   UDP: 17,
   SCTP: 132,
@@ -106,20 +107,6 @@ export interface WindowsRenderOptions {
   dsr?: boolean;
 }
 
-/** Throws a TypeError unless `address` is an IP address of `family`. */
-export function validateAddress(address: string, family: IpFamily): void {
-  if (isIP(address) !== (family === "IPv4" ? 4 : 6)) {
-    throw new TypeError(`Cannot use address "${address}": not an ${family} address`);
-  }
-}
-
-/** Throws a RangeError unless `port` is an integer in 1..65535. */
-export function validatePort(port: number): void {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new RangeError(`Cannot use port ${port}: not in 1..65535`);
-  }
-}
-
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** Throws a TypeError unless `id` is a lower-case GUID. */
@@ -147,29 +134,15 @@ export function remoteEndpointId(ip: string): string {
  * reversed, for IPv6), as upstream's `conjureMac`. */
 export function conjureMac(ip: string): string {
   const hex = (n: number) => n.toString(16).padStart(2, "0");
-  if (isIP(ip) === 4) {
-    return ["02", "11", ...ip.split(".").map((part) => hex(Number(part)))].join("-");
-  }
-  const bytes = ipv6Bytes(ip);
-  return ["02", "11", ...[15, 14, 13, 12].map((i) => hex(bytes[i] ?? 0))].join("-");
-}
-
-function ipv6Bytes(ip: string): number[] {
-  const [head = "", tail] = ip.split("::");
-  const words = (text: string | undefined) =>
-    (text ? text.split(":") : []).flatMap((part) => {
-      if (!part.includes(".")) return [parseInt(part, 16)];
-      const [a = 0, b = 0, c = 0, d = 0] = part.split(".").map(Number);
-      return [(a << 8) | b, (c << 8) | d];
-    });
-  const left = words(head);
-  const right = words(tail);
-  const zeros: number[] = new Array(8 - left.length - right.length).fill(0);
-  return [...left, ...zeros, ...right].flatMap((word) => [word >> 8, word & 0xff]);
+  const parsed = parseIP(ip);
+  if (parsed === undefined) throw new TypeError(`Cannot use address "${ip}": not an IP address`);
+  const { bytes } = parsed;
+  const last = parsed.family === "IPv4" ? [0, 1, 2, 3] : [15, 14, 13, 12];
+  return ["02", "11", ...last.map((i) => hex(bytes[i] ?? 0))].join("-");
 }
 
 /**
- * Renders the desired HNS objects of a plan. Pure: no I/O.
+ * Renders the desired HNS objects of a plan. Pure.
  *
  * - cluster IPs use `internal` endpoints; node ports, external IPs and
  *   load-balancer IPs use `external` ones (Local policies are already applied);
@@ -184,14 +157,14 @@ function ipv6Bytes(ip: string): number[] {
 export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): WindowsDesiredState {
   const family = plan.family;
   const sourceVip = options.sourceVip ?? "";
-  if (sourceVip !== "") validateAddress(sourceVip, family);
+  if (sourceVip !== "") checkAddress(sourceVip, family);
   const dsr = options.dsr ?? false;
   const balancers = new Map<string, LoadBalancerSpec>();
   const remotes = new Map<string, RemoteEndpointSpec>();
   const unsupported: WindowsDesiredState["unsupported"] = [];
 
   for (const service of plan.services) {
-    validateService(service, family);
+    checkServicePort(service, family);
     const note = (reason: string) => unsupported.push({ servicePortId: service.id, reason });
     if (
       service.affinityTimeoutSeconds > 0 &&
@@ -281,25 +254,6 @@ function pickBackends(
     });
   }
   return [...backends.values()].sort((a, b) => compare(a.ip, b.ip));
-}
-
-function validateService(service: ServicePortPlan, family: IpFamily): void {
-  validatePort(service.port);
-  if (service.nodePort !== 0) validatePort(service.nodePort);
-  if (!(service.protocol in PROTOCOL_NUMBERS)) {
-    throw new TypeError(`Cannot use protocol "${service.protocol}" of ${service.id}`);
-  }
-  const timeout = service.affinityTimeoutSeconds;
-  if (!Number.isInteger(timeout) || timeout < 0 || timeout > 86400) {
-    throw new RangeError(`Cannot use affinity timeout ${timeout} of ${service.id}`);
-  }
-  for (const ip of [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs]) {
-    validateAddress(ip, family);
-  }
-  for (const ep of [...service.internal.endpoints, ...service.external.endpoints]) {
-    validateAddress(ep.ip, family);
-    validatePort(ep.port);
-  }
 }
 
 function dedupe<T>(items: T[]): T[] {

@@ -9,7 +9,7 @@
 import { getLogger } from "@logtape/logtape";
 import denoJson from "../../deno.json" with { type: "json" };
 import { type Backend, ModeUnavailableError } from "../core/backend.ts";
-import { createBackend } from "../../backends/registry.ts";
+import { createBackend, modeOf } from "../../backends/registry.ts";
 import {
   type CommandLine,
   type ConfigEnvironment,
@@ -51,7 +51,7 @@ import { stableJson, writeStableJson } from "./stable_json.ts";
 const logger = getLogger(["kproxy", "app"]);
 
 /** kproxy's version, from deno.json. */
-export const VERSION: string = denoJson.version;
+const VERSION: string = denoJson.version;
 
 /** Where command output goes. */
 export interface AppIO {
@@ -108,7 +108,7 @@ function writeAllSync(file: { writeSync(p: Uint8Array): number }, text: string):
 }
 
 /** Writes to the process's stdout and stderr. */
-export const processIO: AppIO = {
+const processIO: AppIO = {
   stdout: (text) => writeAllSync(Deno.stdout, text),
   stderr: (text) => writeAllSync(Deno.stderr, text),
 };
@@ -122,7 +122,7 @@ function granted(descriptor: Deno.PermissionDescriptor): boolean {
 }
 
 /** Flag-parsing environment that never prompts for a permission it lacks. */
-export const processEnvironment: ConfigEnvironment = {
+const processEnvironment: ConfigEnvironment = {
   readTextFile: (path) => Deno.readTextFileSync(path),
   hostname: () => {
     if (granted({ name: "sys", kind: "hostname" })) return Deno.hostname();
@@ -306,7 +306,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
-  const conntrack = MODE_PROGRAMS[config.proxyMode].includes("conntrack")
+  const conntrack = modeOf(config.proxyMode).reconcilesConntrack
     ? new ConntrackReconciler({ executor, metrics })
     : undefined;
   const proxier = new Proxier({

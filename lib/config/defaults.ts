@@ -6,6 +6,7 @@
  */
 
 import type { Config, SyncPeriods } from "./types.ts";
+import { modeOf } from "../../backends/registry.ts";
 
 /** Feature gates kproxy knows, with upstream's defaults. Any other gate is an error. */
 export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = Object.freeze({
@@ -79,17 +80,13 @@ export function defaultConfig(hostname: string): Config {
 }
 
 /**
- * The sync periods of the selected proxy mode. kernelspace uses iptables'
- * periods, as upstream does.
+ * The sync periods of the selected proxy mode: the Config section its
+ * registry entry names.
  *
  * @param config A parsed configuration.
  * @returns A copy of the mode's periods.
  */
 export function effectiveSyncPeriods(config: Config): SyncPeriods {
-  const periods = config.proxyMode === "nftables"
-    ? config.nftables
-    : config.proxyMode === "ipvs"
-    ? config.ipvs
-    : config.iptables;
+  const periods = config[modeOf(config.proxyMode).syncPeriods];
   return { syncPeriodMs: periods.syncPeriodMs, minSyncPeriodMs: periods.minSyncPeriodMs };
 }

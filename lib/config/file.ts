@@ -11,14 +11,15 @@ import {
   checkGate,
   ConfigError,
   fail,
-  MODES,
   type Origins,
   quote,
   splitList,
+  SYNC_PERIOD_SECTIONS,
   toCIDR,
   toDetectLocalMode,
   toDuration,
   toHostPort,
+  toInterfaceName,
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
@@ -156,8 +157,14 @@ const FILE_SCHEMA: FileSchema = {
     (c, v, f) => (c.detectLocalMode = toDetectLocalMode(v, f)),
   ),
   detectLocal: {
-    bridgeInterface: stringField("bridgeInterface", (c, v) => (c.bridgeInterface = v)),
-    interfaceNamePrefix: stringField("interfaceNamePrefix", (c, v) => (c.interfaceNamePrefix = v)),
+    bridgeInterface: stringField(
+      "bridgeInterface",
+      (c, v, f) => (c.bridgeInterface = toInterfaceName(v, f)),
+    ),
+    interfaceNamePrefix: stringField(
+      "interfaceNamePrefix",
+      (c, v, f) => (c.interfaceNamePrefix = toInterfaceName(v, f)),
+    ),
   },
   nodePortAddresses: {
     key: "nodePortAddresses",
@@ -196,12 +203,15 @@ const FILE_SCHEMA: FileSchema = {
       }
     },
   },
-  syncPeriod: durationField(MODES.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
+  syncPeriod: durationField(SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
     c.iptables.syncPeriodMs = c.nftables.syncPeriodMs = c.ipvs.syncPeriodMs = ms;
   }),
-  minSyncPeriod: durationField(MODES.map((mode) => `${mode}.minSyncPeriodMs`), (c, ms) => {
-    c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
-  }),
+  minSyncPeriod: durationField(
+    SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.minSyncPeriodMs`),
+    (c, ms) => {
+      c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
+    },
+  ),
   iptables: {
     masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
     masqueradeBit: {

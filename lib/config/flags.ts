@@ -20,6 +20,7 @@ import {
   toGates,
   toHostPort,
   toInt,
+  toInterfaceName,
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
@@ -28,6 +29,7 @@ import {
   toScheduler,
   toVerbosity,
 } from "./values.ts";
+import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 type FlagGroup =
   | "General"
@@ -40,6 +42,18 @@ type FlagGroup =
   | "Logging"
   | "explain"
   | "Accepted for compatibility, ignored";
+
+/** The `--proxy-mode` help: the registry's modes by platform. */
+function proxyModeHelp(): string {
+  const named = (platform: string) => {
+    const modes = PROXY_MODES.filter((mode) => modeOf(mode).platform === platform)
+      .map((mode) => `'${mode}'`);
+    return modes.length < 2
+      ? modes.join("")
+      : `${modes.slice(0, -1).join(", ")} or ${modes.at(-1)}`;
+  };
+  return `Which proxy mode to use: ${named("linux")} on Linux; ${named("windows")} on Windows.`;
+}
 
 /** One command-line flag: how it shows in `--help` and how it changes the Config. */
 export interface FlagSpec {
@@ -143,8 +157,7 @@ const FLAGS: readonly FlagSpec[] = [
     group: "Proxy mode",
     type: "ProxyMode",
     key: "proxyMode",
-    help: "Which proxy mode to use: 'nftables', 'iptables' or 'ipvs' on Linux; 'kernelspace' on " +
-      "Windows.",
+    help: proxyModeHelp(),
     apply: (c, raw, field) => (c.proxyMode = toProxyMode(raw, field)),
   },
   {
@@ -199,7 +212,7 @@ const FLAGS: readonly FlagSpec[] = [
     key: "bridgeInterface",
     help: "A bridge interface name. When --detect-local-mode is BridgeInterface, traffic " +
       "arriving on it is local.",
-    apply: (c, raw) => (c.bridgeInterface = raw),
+    apply: (c, raw, field) => (c.bridgeInterface = toInterfaceName(raw, field)),
   },
   {
     name: "pod-interface-name-prefix",
@@ -208,7 +221,7 @@ const FLAGS: readonly FlagSpec[] = [
     key: "interfaceNamePrefix",
     help: "An interface name prefix. When --detect-local-mode is InterfaceNamePrefix, traffic " +
       "arriving on interfaces with this prefix is local.",
-    apply: (c, raw) => (c.interfaceNamePrefix = raw),
+    apply: (c, raw, field) => (c.interfaceNamePrefix = toInterfaceName(raw, field)),
   },
   {
     name: "nodeport-addresses",

@@ -1,15 +1,15 @@
 /**
  * The resolved configuration of kproxy: kube-proxy's flags and its
  * KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) merged, flags
- * winning. Parsed and validated by `lib/config.ts`.
+ * winning. Parsed and validated by `lib/config/`.
  *
  * @module
  */
 
 import type { DetectLocalMode } from "../core/plan.ts";
+import type { ProxyMode } from "../../backends/registry.ts";
 
-/** A `--proxy-mode` value. */
-export type ProxyMode = "nftables" | "iptables" | "ipvs" | "kernelspace";
+export type { ProxyMode } from "../../backends/registry.ts";
 
 /** The IPVS schedulers kube-proxy accepts (`--ipvs-scheduler`, `ipvs.scheduler`). */
 export const IPVS_SCHEDULERS: readonly string[] = Object.freeze([
@@ -33,6 +33,9 @@ export interface SyncPeriods {
   /** @default {1000} */
   minSyncPeriodMs: number;
 }
+
+/** The Config sections (KubeProxyConfiguration's) that hold sync periods: a mode reads one. */
+export type SyncPeriodSection = "iptables" | "nftables" | "ipvs";
 
 /** An inclusive range of ports. */
 export interface PortRange {

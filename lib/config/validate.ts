@@ -6,8 +6,9 @@
  */
 
 import type { Config } from "./types.ts";
+import { ipFamily } from "../core/ip.ts";
 import { flagLabel } from "./flags.ts";
-import { ConfigError, formatDuration, MODES, type Origins } from "./values.ts";
+import { ConfigError, formatDuration, type Origins, SYNC_PERIOD_SECTIONS } from "./values.ts";
 
 export function validate(config: Config, origins: Origins): void {
   const label = (key: string, flag: string) => origins.get(key) ?? flagLabel(flag);
@@ -18,7 +19,7 @@ export function validate(config: Config, origins: Origins): void {
   if (config.hostnameOverride === "") {
     invalid("--hostname-override", "the host name is empty; set --hostname-override");
   }
-  const families = config.clusterCIDRs.map((cidr) => cidr.includes(":") ? "IPv6" : "IPv4");
+  const families = config.clusterCIDRs.map(ipFamily);
   if (families.length > 2 || (families.length === 2 && families[0] === families[1])) {
     invalid(
       label("clusterCIDRs", "cluster-cidr"),
@@ -37,7 +38,7 @@ export function validate(config: Config, origins: Origins): void {
       "required when the detect-local mode is InterfaceNamePrefix",
     );
   }
-  for (const mode of MODES) {
+  for (const mode of SYNC_PERIOD_SECTIONS) {
     if (config[mode].syncPeriodMs <= 0) {
       invalid(label(`${mode}.syncPeriodMs`, `${mode}-sync-period`), "must be greater than 0");
     }

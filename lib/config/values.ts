@@ -6,11 +6,13 @@
  * @module
  */
 
-import type { PortRange, ProxyMode } from "./types.ts";
+import type { PortRange, ProxyMode, SyncPeriodSection } from "./types.ts";
 import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { parseCIDR, parseIP } from "../core/ip.ts";
+import { isInterfaceName } from "../core/interface_name.ts";
 import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
+import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
 export class ConfigError extends Error {
@@ -24,15 +26,16 @@ export class ConfigError extends Error {
   }
 }
 
-const PROXY_MODES: readonly ProxyMode[] = ["nftables", "iptables", "ipvs", "kernelspace"];
 const DETECT_LOCAL_MODES: readonly DetectLocalMode[] = [
   "ClusterCIDR",
   "NodeCIDR",
   "BridgeInterface",
   "InterfaceNamePrefix",
 ];
-/** The Config sections that hold per-mode sync periods. */
-export const MODES = ["iptables", "nftables", "ipvs"] as const;
+/** The Config sections that hold per-mode sync periods, one or more modes' each. */
+export const SYNC_PERIOD_SECTIONS: readonly SyncPeriodSection[] = [
+  ...new Set(PROXY_MODES.map((mode) => modeOf(mode).syncPeriods)),
+];
 export const IPTABLES_BACKENDS = ["auto", "nft", "legacy"] as const;
 const DURATION_UNITS_NS: Readonly<Record<string, number>> = {
   ns: 1,
@@ -184,6 +187,17 @@ export function toChoice<T extends string>(choices: readonly T[], what: string) 
 
 export function toProxyMode(raw: string, field: string): ProxyMode {
   return raw === "" ? "nftables" : toChoice(PROXY_MODES, "proxy mode")(raw, field);
+}
+
+/** An interface name or prefix ("" for none), as the renderers accept it. */
+export function toInterfaceName(raw: string, field: string): string {
+  if (raw === "" || isInterfaceName(raw)) return raw;
+  return fail(
+    field,
+    `${
+      quote(raw)
+    } is not an interface name (1 to 15 of A-Z a-z 0-9 _ . : @ -, not starting with -)`,
+  );
 }
 
 export function toDetectLocalMode(raw: string, field: string): DetectLocalMode {

@@ -15,9 +15,11 @@ import type { IpFamily } from "./model.ts";
 export interface SyncRequest {
   /** The plans to program, one per enabled IP family. */
   plans: Plan[];
-  /** The plans last applied successfully (same families, same order); empty before the first success. */
-  previous: Plan[];
-  /** Ids of service ports whose plan may differ from `previous` (see `ServicePortPlan.id`). */
+  /**
+   * Ids of service ports whose plan may differ from the plans last applied
+   * (see `ServicePortPlan.id`). Each backend keeps its own record of what it
+   * applied, so a partial sync diffs against what it wrote itself.
+   */
   changed: Set<string>;
   /** True at start, after a failure, on drift and once per syncPeriod: rewrite everything. */
   full: boolean;

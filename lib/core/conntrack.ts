@@ -218,7 +218,7 @@ function familyName(family: IpFamily): "ipv4" | "ipv6" {
   return family === "IPv6" ? "ipv6" : "ipv4";
 }
 
-/** What a sync changed, as the post-sync step sees it (lib/proxier.ts `AppliedSync`). */
+/** What a sync changed, as the post-sync step sees it (lib/shell/proxier.ts `AppliedSync`). */
 export interface SyncChange {
   previous: Plan[];
   plans: Plan[];

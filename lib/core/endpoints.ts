@@ -91,21 +91,6 @@ export function mergeSliceEndpoints(input: MergeSlicesInput): CandidateEndpoint[
   return merged;
 }
 
-/**
- * Orders endpoints by IP (numerically within a family, IPv4 before IPv6) then port.
- *
- * @param a One endpoint.
- * @param b Another endpoint.
- * @returns Negative, zero or positive, as for `Array.prototype.sort`.
- */
-export function compareEndpoints(a: PlanEndpoint, b: PlanEndpoint): number {
-  return compareIPs(a.ip, b.ip) || a.port - b.port;
-}
-
-function compareIPs(a: string, b: string): number {
-  return a === b ? 0 : compareKeys(ipSortKey(a), ipSortKey(b)) || (a < b ? -1 : 1);
-}
-
 /** IPv4 sorts as a number, before IPv6, which sorts as its zero-padded full form. */
 type IpSortKey = number | string;
 

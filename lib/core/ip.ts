@@ -315,3 +315,27 @@ export function collapseCIDRs(cidrs: readonly string[]): string[] {
     return cidr === undefined || !covered(cidr, i);
   });
 }
+
+const IPV4_SHAPE = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(\/\d{1,2})?$/;
+
+/**
+ * The family of an address or CIDR the parsers already validated: a cheap
+ * shape check, undefined for anything else (e.g. "None"). Untrusted text goes
+ * to {@linkcode ipFamily}.
+ */
+export function familyOfValidated(text: string): IpFamily | undefined {
+  return text.includes(":") ? "IPv6" : IPV4_SHAPE.test(text) ? "IPv4" : undefined;
+}
+
+/**
+ * `host:port`, with an IPv6 address in brackets (Go's `net.JoinHostPort`).
+ *
+ * @example
+ * ```ts
+ * import { joinHostPort } from "./ip.ts";
+ * joinHostPort("fd00::1", 443); // "[fd00::1]:443"
+ * ```
+ */
+export function joinHostPort(host: string, port: number | string): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}

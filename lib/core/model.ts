@@ -3,7 +3,7 @@
  *
  * Everything downstream of the sources (tracker, planner, backends) sees only
  * these types, never raw API objects. The parsers that produce them live in
- * `lib/parse.ts`: they validate every field and reject an object whole
+ * `lib/core/parse/`: they validate every field and reject an object whole
  * rather than pass a doubtful value on.
  *
  * @module

@@ -82,19 +82,25 @@ export interface ServicePortPlan {
   /** loadBalancerSourceRanges of this family; empty means any source. When non-empty,
    * traffic to the load-balancer IPs from other sources is dropped. */
   sourceRanges: string[];
+  /**
+   * True when `sourceRanges` hold one of the node's addresses: traffic from the
+   * load-balancer IPs themselves passes too (a node reaching a VIP routed to
+   * itself arrives from the VIP), as in upstream's iptables mode. The nftables,
+   * ipvs and Windows modes do not implement it (unchanged from before it moved
+   * here).
+   */
+  allowFromLoadBalancerIPs: boolean;
   /** Health-check node port served by kproxy, 0 when none. */
   healthCheckNodePort: number;
   /** ClientIP affinity timeout in seconds, 0 for none. */
   affinityTimeoutSeconds: number;
-  /** Masquerade for traffic to cluster IPs. */
-  clusterIPMasquerade: ClusterIPMasquerade;
   /** Traffic to cluster IPs (internalTrafficPolicy applied). */
   internal: TrafficPlan;
   /** Traffic to node ports, external IPs and load-balancer IPs (externalTrafficPolicy applied). */
   external: TrafficPlan;
   /** externalTrafficPolicy Local: external traffic keeps its source and goes to local
    * endpoints only; traffic from local pods short-circuits to `internal` and keeps its
-   * source too (`clusterIPMasquerade` is for cluster IP destinations only), and traffic
+   * source too (`Plan.clusterIPMasquerade` is for cluster IP destinations only), and traffic
    * originated on the node itself is masqueraded and also goes to `internal`.
    * False: all external traffic is masqueraded. */
   externalLocal: boolean;
@@ -104,7 +110,7 @@ export interface ServicePortPlan {
    * Every serving endpoint of the port (ready, or serving while terminating), whatever the
    * traffic policies and topology chose, sorted by `ip:port`. A UDP or SCTP flow whose reply
    * comes from one of them keeps its conntrack entry; a flow to the port from anywhere else is
-   * stale (lib/conntrack.ts), as in kube-proxy's conntrack reconciler.
+   * stale (lib/core/conntrack.ts), as in kube-proxy's conntrack reconciler.
    */
   servingEndpoints: PlanEndpoint[];
 }
@@ -118,6 +124,8 @@ export interface Plan {
   /** Service CIDRs: traffic to an unallocated address inside them is rejected. */
   serviceCIDRs: string[];
   localTraffic: LocalTrafficDetector;
+  /** Masquerade for traffic to cluster IPs, the same for every service port of the node. */
+  clusterIPMasquerade: ClusterIPMasquerade;
   /** Service ports, sorted by id. */
   services: ServicePortPlan[];
 }
@@ -163,6 +171,7 @@ export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
     nodePortAddresses: [],
     serviceCIDRs: [],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   };
 }

@@ -10,19 +10,21 @@
  * @module
  */
 
+import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
-import { cidrContains, collapseCIDRs, isLoopback, parseCIDR, type ParsedCIDR } from "./ip.ts";
+import {
+  cidrContains,
+  collapseCIDRs,
+  familyOfValidated,
+  isLoopback,
+  parseCIDR,
+  type ParsedCIDR,
+} from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
-import type {
-  ClusterIPMasquerade,
-  LocalTrafficDetector,
-  NodePlans,
-  Plan,
-  ServicePortPlan,
-} from "./plan.ts";
+import type { LocalTrafficDetector, NodePlans, Plan, ServicePortPlan } from "./plan.ts";
 import { servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
@@ -30,7 +32,7 @@ import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology
 const logger = getLogger(["kproxy", "planner"]);
 
 /** The `--nodeport-addresses` value meaning the node's primary addresses. */
-export const NODE_PORT_ADDRESSES_PRIMARY = "primary";
+const NODE_PORT_ADDRESSES_PRIMARY = "primary";
 
 /** The configuration values the planner needs. */
 export interface PlannerOptions {
@@ -65,24 +67,17 @@ export interface PlanInput {
 
 const FAMILIES: readonly IpFamily[] = ["IPv4", "IPv6"];
 
-const IPV4_SHAPE = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(\/\d{1,2})?$/;
-
-/** The family of an address or CIDR that the parsers already validated; a cheap
- * shape check, undefined for anything else (e.g. "None"). */
-function familyOf(text: string): IpFamily | undefined {
-  return text.includes(":") ? "IPv6" : IPV4_SHAPE.test(text) ? "IPv4" : undefined;
-}
-
 /** What every service port plan of one family shares. */
 interface FamilyContext {
   family: IpFamily;
   state: ClusterState;
   options: PlannerOptions;
   nodeLabels: Readonly<Record<string, string>>;
-  clusterIPMasquerade: ClusterIPMasquerade;
   externalIPAllowed: ParsedCIDR[];
   /** The family's service CIDRs (`Plan.serviceCIDRs`). */
   serviceCIDRs: string[];
+  /** The family's node port addresses (`Plan.nodePortAddresses`). */
+  nodePortAddresses: string[];
   /** The previous plan of the family, to log a cluster IP outside them once per change. */
   previous?: Plan;
 }
@@ -117,13 +112,9 @@ export function planNode(input: PlanInput): NodePlans {
       state,
       options,
       nodeLabels: node?.labels ?? {},
-      clusterIPMasquerade: options.masqueradeAll
-        ? "all"
-        : localTraffic.mode === "None"
-        ? "none"
-        : "non-local",
       externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
       serviceCIDRs: serviceCIDRs(family, state, options),
+      nodePortAddresses: nodePortAddresses(family, options, node),
       previous: previousPlan,
     };
     const services = previousPlan !== undefined && replan !== undefined
@@ -132,9 +123,14 @@ export function planNode(input: PlanInput): NodePlans {
     return {
       family,
       nodeName: options.nodeName,
-      nodePortAddresses: nodePortAddresses(family, options, node),
+      nodePortAddresses: ctx.nodePortAddresses,
       serviceCIDRs: ctx.serviceCIDRs,
       localTraffic,
+      clusterIPMasquerade: options.masqueradeAll
+        ? "all"
+        : localTraffic.mode === "None"
+        ? "none"
+        : "non-local",
       services,
     };
   });
@@ -250,7 +246,7 @@ function planService(
   slices: readonly EndpointSlice[],
 ): ServicePortPlan[] {
   const { family, options } = ctx;
-  const clusterIP = service.clusterIPs.find((ip) => familyOf(ip) === family);
+  const clusterIP = service.clusterIPs.find((ip) => familyOfValidated(ip) === family);
   if (clusterIP === undefined) return [];
   const key = serviceKey(service.namespace, service.name);
   warnIfOutsideServiceCIDRs(ctx, key, clusterIP);
@@ -265,12 +261,17 @@ function planService(
   const externalIPs = allowedExternalIPs(ctx, key, service.externalIPs);
   const loadBalancerIPs = service.type === "LoadBalancer"
     ? service.loadBalancerIngress
-      .filter((ingress) => ingress.ipMode === "VIP" && familyOf(ingress.ip) === family)
+      .filter((ingress) => ingress.ipMode === "VIP" && familyOfValidated(ingress.ip) === family)
       .map((ingress) => ingress.ip)
     : [];
   const sourceRanges = service.type === "LoadBalancer"
-    ? collapseCIDRs(service.loadBalancerSourceRanges.filter((cidr) => familyOf(cidr) === family))
+    ? collapseCIDRs(
+      service.loadBalancerSourceRanges.filter((cidr) => familyOfValidated(cidr) === family),
+    )
     : [];
+  const allowFromLoadBalancerIPs = ctx.nodePortAddresses.some((ip) =>
+    sourceRanges.some((range) => cidrContains(range, ip))
+  );
   const healthCheckNodePort =
     service.type === "LoadBalancer" && service.externalTrafficPolicy === "Local"
       ? service.healthCheckNodePort
@@ -311,9 +312,9 @@ function planService(
       externalIPs: [...externalIPs],
       loadBalancerIPs: [...loadBalancerIPs],
       sourceRanges: [...sourceRanges],
+      allowFromLoadBalancerIPs,
       healthCheckNodePort,
       affinityTimeoutSeconds: service.affinityTimeoutSeconds,
-      clusterIPMasquerade: ctx.clusterIPMasquerade,
       internal: categorized.internal,
       external: categorized.external,
       externalLocal,
@@ -346,7 +347,7 @@ function warnIfOutsideServiceCIDRs(ctx: FamilyContext, key: ServiceKey, clusterI
 
 /** Declared externalIPs of the family, without those outside the allow-list. */
 function allowedExternalIPs(ctx: FamilyContext, key: ServiceKey, declared: string[]): string[] {
-  const ofFamily = declared.filter((ip) => familyOf(ip) === ctx.family);
+  const ofFamily = declared.filter((ip) => familyOfValidated(ip) === ctx.family);
   if (ctx.options.externalIPAllowedCIDRs.length === 0) return ofFamily;
   return ofFamily.filter((ip) => {
     if (ctx.externalIPAllowed.some((cidr) => cidrContains(cidr, ip))) return true;
@@ -417,12 +418,12 @@ function nodePortAddresses(
     options.nodePortAddresses.filter((v) => v !== NODE_PORT_ADDRESSES_PRIMARY),
     family,
   );
-  const localOfFamily = options.localAddresses.filter((ip) => familyOf(ip) === family);
+  const localOfFamily = options.localAddresses.filter((ip) => familyOfValidated(ip) === family);
   let candidates: string[];
   if (cidrs.length > 0) {
     candidates = localOfFamily.filter((ip) => cidrs.some((cidr) => cidrContains(cidr, ip)));
   } else {
-    const primary = (node?.addresses ?? []).find((ip) => familyOf(ip) === family) ??
+    const primary = (node?.addresses ?? []).find((ip) => familyOfValidated(ip) === family) ??
       localOfFamily.find((ip) => !isLoopback(ip));
     candidates = primary === undefined ? [] : [primary];
   }
@@ -452,15 +453,11 @@ function serviceCIDRs(family: IpFamily, state: ClusterState, options: PlannerOpt
  *
  * @param previous The plan before.
  * @param next The plan after.
- * @param _changedServices The services the planner replanned. Object identity
- * already tells which entries were reused, so this only documents the call; a
- * full replan (new objects everywhere) is compared entry by entry.
  * @returns The ids that differ.
  */
 export function changedServicePortIds(
   previous: Plan,
   next: Plan,
-  _changedServices: Set<ServiceKey>,
 ): Set<string> {
   const changed = new Set<string>();
   const before = previous.services;
@@ -486,20 +483,4 @@ export function changedServicePortIds(
     }
   }
   return changed;
-}
-
-function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
-    return a.every((value, index) => deepEqual(value, b[index]));
-  }
-  if (Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  if (ka.length !== kb.length) return false;
-  const rb = b as Record<string, unknown>;
-  const ra = a as Record<string, unknown>;
-  return ka.every((k) => Object.hasOwn(rb, k) && deepEqual(ra[k], rb[k]));
 }

@@ -18,12 +18,12 @@ import type { PlanEndpoint } from "./plan.ts";
 const logger = getLogger(["kproxy", "topology"]);
 
 /** The `topologyKeys` entry that matches any topology. */
-export const TOPOLOGY_KEY_ANY = "*";
+const TOPOLOGY_KEY_ANY = "*";
 
 /** Feature gate enabling `spec.topologyKeys` (seed 002). */
 export const SERVICE_TOPOLOGY_GATE = "ServiceTopology";
 /** Feature gate enabling `hints.forNodes` (KEP-4444 PreferSameNode). */
-export const PREFER_SAME_TRAFFIC_DISTRIBUTION_GATE = "PreferSameTrafficDistribution";
+const PREFER_SAME_TRAFFIC_DISTRIBUTION_GATE = "PreferSameTrafficDistribution";
 
 /** Defaults of the gates read here, as in current upstream releases. */
 const GATE_DEFAULTS: Readonly<Record<string, boolean>> = {

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { Clock } from "./clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
@@ -36,26 +37,6 @@ export interface TrackerOptions {
    * `wallNow`, EndpointSlice changes start at their last-change-trigger-time.
    */
   clock: Pick<Clock, "now"> & Partial<Pick<Clock, "wallNow">>;
-}
-
-/** Structural equality of JSON-like values (plain objects, arrays, primitives). */
-export function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
-    for (let i = 0; i < a.length; i++) if (!deepEqual(a[i], b[i])) return false;
-    return true;
-  }
-  if (Array.isArray(b)) return false;
-  const aRecord = a as Record<string, unknown>;
-  const bRecord = b as Record<string, unknown>;
-  const aKeys = Object.keys(aRecord);
-  if (aKeys.length !== Object.keys(bRecord).length) return false;
-  for (const key of aKeys) {
-    if (!Object.hasOwn(bRecord, key) || !deepEqual(aRecord[key], bRecord[key])) return false;
-  }
-  return true;
 }
 
 /** Parser warnings shown in one log line: the first few, then how many more. */

@@ -11,6 +11,7 @@
  * @module
  */
 
+import { isInterfaceName } from "../core/interface_name.ts";
 import type { Command } from "../core/executor.ts";
 
 /** Why a stdin script line (or chunk) is refused, or undefined when it is fine. */
@@ -34,7 +35,6 @@ const refuse = (refused: string): ArgsVerdict => ({ refused });
 export const ANY_ARGUMENTS: ProgramRule = () => OK;
 
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/;
-const INTERFACE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$/;
 const NUMBER = /^\d{1,6}$/;
 const TABLES = new Set(["filter", "nat", "mangle", "raw", "security"]);
 
@@ -179,15 +179,15 @@ const ipRule: ProgramRule = (args, policy) => {
     return { script: ipBatchLine, lines: true };
   }
   if (first === "link") {
-    if ((second === "del" || second === "delete") && INTERFACE.test(third ?? "") && !rest.length) {
+    if ((second === "del" || second === "delete") && isInterfaceName(third ?? "") && !rest.length) {
       return OK;
     }
-    if (second === "add" && INTERFACE.test(third ?? "") && rest.join(" ") === "type dummy") {
+    if (second === "add" && isInterfaceName(third ?? "") && rest.join(" ") === "type dummy") {
       return OK;
     }
   }
   if (first === "-o" && (second === "address" || second === "addr") && third === "show") {
-    if (rest.length === 2 && rest[0] === "dev" && INTERFACE.test(rest[1]!)) return OK;
+    if (rest.length === 2 && rest[0] === "dev" && isInterfaceName(rest[1]!)) return OK;
   }
   if (first === "netns" && NAME.test(third ?? "")) {
     if (["add", "del", "delete"].includes(second ?? "") && !rest.length) return OK;
@@ -237,14 +237,14 @@ const ipvsadmRule: ProgramRule = (args) => {
 
 // conntrack ------------------------------------------------------------------
 
-/** A listing of one family and protocol (lib/conntrack.ts `listArgs`). */
+/** A listing of one family and protocol (lib/core/conntrack.ts `listArgs`). */
 const CONNTRACK_LIST = /^-L -f ipv[46] -p (?:udp|sctp)$/;
 
 /** An address or port in a conntrack delete line: characters of an IP, digits of a port. */
 const CT_IP = "[0-9A-Fa-f.:]{2,45}";
 const CT_PORT = "\\d{1,5}";
 
-/** One stdin line of `conntrack -R -` (lib/conntrack.ts `deleteLine`), or the empty last one. */
+/** One stdin line of `conntrack -R -` (lib/core/conntrack.ts `deleteLine`), or the empty last one. */
 const CONNTRACK_DELETE = new RegExp(
   `^(?:-D -f ipv[46] -p (?:udp|sctp) --orig-dst ${CT_IP} --orig-port-dst ${CT_PORT} ` +
     `--reply-src ${CT_IP} --reply-port-src ${CT_PORT})?$`,
@@ -290,7 +290,7 @@ const powershellRule: ProgramRule = (args) => {
   return OK;
 };
 
-/** How kproxy may run each of its programs (lib/permissions.ts lists them per mode). */
+/** How kproxy may run each of its programs (backends/registry.ts lists them per mode). */
 export const KPROXY_COMMAND_POLICY: CommandPolicy = Object.freeze({
   nft: nftRule,
   ...iptablesRules(),

@@ -2,7 +2,7 @@
  * The post-sync conntrack step of every Linux mode: after a sync, per IP
  * family, list the UDP (and SCTP) conntrack entries once and delete the stale
  * ones in one batch, as kube-proxy 1.36 does after each sync. What is stale is
- * decided by `lib/conntrack.ts`; this module only runs `conntrack`:
+ * decided by `lib/core/conntrack.ts`; this module only runs `conntrack`:
  *
  * - `conntrack -L -f ipv4|ipv6 -p udp|sctp`, read line by line while it runs
  *   (100k entries are ~16 MB of text; only stale pairs are kept);

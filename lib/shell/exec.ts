@@ -1,7 +1,7 @@
 /**
  * The Executor: the only way kproxy runs programs. It runs allow-listed
  * programs with an argument vector (never a shell line) that their argument
- * policy allows (lib/command_policy.ts), passes scripts on stdin and returns
+ * policy allows (lib/shell/command_policy.ts), passes scripts on stdin and returns
  * exit status and output.
  *
  * @module
@@ -9,7 +9,6 @@
 
 import type { Command, CommandResult, Executor } from "../core/executor.ts";
 import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
-import { MODE_PROGRAMS } from "./permissions.ts";
 
 /** Thrown when a command exits non-zero, times out or cannot start. */
 export class CommandError extends Error {
@@ -30,19 +29,14 @@ export function isMissingProgram(error: unknown): boolean {
 }
 
 /** Default time a program may run before it is killed. */
-export const DEFAULT_TIMEOUT_MS = 60_000;
-
-/** Every program any kproxy mode may run; `--allow-run` names exactly these (lib/permissions.ts). */
-export const ALL_PROGRAMS: readonly string[] = Object.freeze([
-  ...new Set(Object.values(MODE_PROGRAMS).flat()),
-]);
+const DEFAULT_TIMEOUT_MS = 60_000;
 
 /** Options for {@linkcode DenoExecutor}. */
 export interface DenoExecutorOptions {
   /** Programs that may be run; anything else is refused without spawning. */
   allowedPrograms: readonly string[];
   /**
-   * How each program may be called (lib/command_policy.ts); a command it
+   * How each program may be called (lib/shell/command_policy.ts); a command it
    * refuses, or a program it does not name, is refused without spawning.
    * @default {KPROXY_COMMAND_POLICY}
    */
@@ -50,7 +44,7 @@ export interface DenoExecutorOptions {
 }
 
 /** Formats a command for messages: program and arguments, no stdin. */
-export function describeCommand(command: Command): string {
+function describeCommand(command: Command): string {
   return [command.program, ...command.args].join(" ");
 }
 

@@ -48,7 +48,7 @@ export interface HttpLimits {
 }
 
 /** The limits kproxy serves with. */
-export const DEFAULT_HTTP_LIMITS: Readonly<HttpLimits> = Object.freeze({
+const DEFAULT_HTTP_LIMITS: Readonly<HttpLimits> = Object.freeze({
   readHeaderTimeoutMs: 5_000,
   idleTimeoutMs: 10_000,
   writeTimeoutMs: 10_000,

@@ -9,57 +9,28 @@
  * @module
  */
 
+import { joinHostPort } from "../core/ip.ts";
 import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
 import type { Config, PortRange, ProxyMode } from "../config/types.ts";
+import { modeOf, programsOf, PROXY_MODES } from "../../backends/registry.ts";
 
-/** Programs each mode spawns through the Executor. */
-export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
-  nftables: ["nft", "sysctl", "conntrack"],
-  iptables: [
-    "iptables",
-    "iptables-save",
-    "iptables-restore",
-    "ip6tables",
-    "ip6tables-save",
-    "ip6tables-restore",
-    "iptables-nft",
-    "iptables-nft-save",
-    "iptables-nft-restore",
-    "ip6tables-nft",
-    "ip6tables-nft-save",
-    "ip6tables-nft-restore",
-    "iptables-legacy",
-    "iptables-legacy-save",
-    "iptables-legacy-restore",
-    "ip6tables-legacy",
-    "ip6tables-legacy-save",
-    "ip6tables-legacy-restore",
-    "sysctl",
-    "conntrack",
-  ],
-  ipvs: [
-    "ipvsadm",
-    "ipset",
-    "ip",
-    "iptables",
-    "iptables-save",
-    "iptables-restore",
-    "ip6tables",
-    "ip6tables-save",
-    "ip6tables-restore",
-    "sysctl",
-    "conntrack",
-  ],
-  kernelspace: ["powershell.exe", "pwsh"],
-};
+/** Programs each mode runs, from its registry entry. */
+export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = Object.freeze(
+  Object.fromEntries(PROXY_MODES.map((mode) => [mode, programsOf(mode)])) as Record<
+    ProxyMode,
+    readonly string[]
+  >,
+);
 
 /** Every Linux program any mode may run (mode switching cleans up the other modes). */
 export const LINUX_PROGRAMS: readonly string[] = [
-  ...new Set([...MODE_PROGRAMS.nftables, ...MODE_PROGRAMS.iptables, ...MODE_PROGRAMS.ipvs]),
+  ...new Set(
+    PROXY_MODES.filter((mode) => modeOf(mode).platform === "linux").flatMap(programsOf),
+  ),
 ].sort();
 
 /** Environment variables kproxy (and its client library) reads. */
-export const ENV_VARS: readonly string[] = [
+const ENV_VARS: readonly string[] = [
   "KUBERNETES_SERVICE_HOST",
   "KUBERNETES_SERVICE_PORT",
   "KUBECONFIG",
@@ -106,7 +77,7 @@ export const HEALTH_CHECK_NODE_PORT_HOST = "0.0.0.0";
  * The most ports one `--allow-net` flag may name: Linux limits one argument
  * to 128 KiB, and each `0.0.0.0:NNNNN,` takes 14 bytes.
  */
-export const MAX_GRANTED_PORTS = 8192;
+const MAX_GRANTED_PORTS = 8192;
 
 const HOST_PORT = /^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s,]+):\d{1,5}$/;
 
@@ -117,11 +88,8 @@ const HOST_PORT = /^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s,]+):\d{1,5}$/;
  * @throws {RangeError} when the health-check node port range is wider than {@linkcode MAX_GRANTED_PORTS}
  */
 export function permissionsFor(input: PermissionInput): PermissionSet {
-  const programs = input.mode === "kernelspace"
-    ? MODE_PROGRAMS.kernelspace
-    : input.allModes
-    ? LINUX_PROGRAMS
-    : MODE_PROGRAMS[input.mode];
+  const linux = modeOf(input.mode).platform === "linux";
+  const programs = linux && input.allModes ? LINUX_PROGRAMS : programsOf(input.mode);
   const net = [...input.apiservers, ...input.listen].filter((entry) => entry !== "");
   if (input.healthCheckNodePorts) {
     const { host, ports } = input.healthCheckNodePorts;
@@ -132,8 +100,7 @@ export function permissionsFor(input: PermissionInput): PermissionSet {
           `more than the ${MAX_GRANTED_PORTS} one --allow-net flag can name`,
       );
     }
-    const bracketed = host.includes(":") ? `[${host}]` : host;
-    for (let port = ports.first; port <= ports.last; port++) net.push(`${bracketed}:${port}`);
+    for (let port = ports.first; port <= ports.last; port++) net.push(joinHostPort(host, port));
   }
   for (const entry of net) {
     if (!HOST_PORT.test(entry)) {
@@ -210,7 +177,7 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
           "Cannot find the apiserver: no --master, --kubeconfig or in-cluster environment",
         );
       }
-      apiservers.push(host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`);
+      apiservers.push(joinHostPort(host, port));
       read.push(SERVICE_ACCOUNT_DIR);
     }
   }
@@ -220,6 +187,6 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
     listen: [config.healthzBindAddress, config.metricsBindAddress].filter((a) => a !== ""),
     healthCheckNodePorts: { host: HEALTH_CHECK_NODE_PORT_HOST, ports: config.serviceNodePortRange },
     read,
-    allModes: config.proxyMode !== "kernelspace",
+    allModes: modeOf(config.proxyMode).platform === "linux",
   };
 }

@@ -33,7 +33,7 @@ function restoreFamily(program: string): IpFamily | undefined {
 /** The `ip_family` label of each family of {@linkcode NodePlans}. */
 const FAMILY_LABELS: Readonly<Record<keyof NodePlans, IpFamily>> = { ipv4: "IPv4", ipv6: "IPv6" };
 
-/** The tracker as the proxier uses it (see `lib/tracker.ts`). */
+/** The tracker as the proxier uses it (see `lib/core/tracker.ts`). */
 export interface StateTracker {
   /** Applies one source event; true when the state changed. */
   apply(event: SourceEvent): boolean;
@@ -222,7 +222,7 @@ export class Proxier {
     plans.forEach((plan, i) => {
       const before = previous[i];
       const ids = before
-        ? changedServicePortIds(before, plan, change.changedServices)
+        ? changedServicePortIds(before, plan)
         : new Set(plan.services.map((service) => service.id));
       for (const id of ids) changed.add(id);
     });
@@ -234,7 +234,7 @@ export class Proxier {
 
     let result: SyncResult;
     try {
-      result = await this.#backend.sync({ plans, previous, changed, full });
+      result = await this.#backend.sync({ plans, changed, full });
     } catch (error) {
       this.#needFull = true;
       this.#pendingChangeAt = oldestChangeAt;
@@ -450,6 +450,7 @@ function headerKey(plan: Plan): string {
     plan.nodePortAddresses,
     plan.serviceCIDRs,
     plan.localTraffic,
+    plan.clusterIPMasquerade,
   ]);
 }
 

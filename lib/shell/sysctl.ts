@@ -12,7 +12,7 @@ const KEY = /^[a-z0-9_]+(?:[./][a-zA-Z0-9_-]+)+$/;
 const VALUE = /^[a-zA-Z0-9_. -]{1,64}$/;
 
 /** Throws a TypeError unless `key` looks like a sysctl name (e.g. `net.ipv4.ip_forward`). */
-export function validateSysctlKey(key: string): void {
+function validateSysctlKey(key: string): void {
   if (!KEY.test(key) || key.includes("..")) {
     throw new TypeError(`Cannot use sysctl key "${key}": not a dotted kernel parameter name`);
   }

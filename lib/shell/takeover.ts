@@ -2,7 +2,7 @@
  * Taking over a node from another proxy (kube-proxy, or kproxy in another
  * mode) without a gap: kproxy programs its own complete ruleset first, and
  * only once that sync is in the kernel removes what the other modes left
- * behind (`LEFTOVERS` in backends/registry.ts says which). `--cleanup` removes
+ * behind (each mode's entry in backends/registry.ts says which). `--cleanup` removes
  * every mode's rules at once.
  *
  * @module
@@ -14,13 +14,14 @@ import {
   type HandBackOutcome,
   handBackToKubeProxy,
   type HandBackToKubeProxyOptions,
-  LEFTOVERS,
+  modeOf,
+  programsOf,
   PROXY_MODES,
 } from "../../backends/registry.ts";
 import type { Config, ProxyMode } from "../config/types.ts";
 import { DenoExecutor } from "./exec.ts";
 import type { Executor } from "../core/executor.ts";
-import { LINUX_PROGRAMS, MODE_PROGRAMS } from "./permissions.ts";
+import { LINUX_PROGRAMS } from "./permissions.ts";
 
 const logger = getLogger(["kproxy", "takeover"]);
 
@@ -46,7 +47,7 @@ export class LeftoverRemoval {
     this.#executor = options.executor ?? new DenoExecutor({ allowedPrograms: LINUX_PROGRAMS });
     this.#pending = Deno.build.os === "windows"
       ? []
-      : [...LEFTOVERS[options.config.proxyMode].removes];
+      : [...modeOf(options.config.proxyMode).takeover.removes];
   }
 
   /** Modes whose leftovers are still to be removed. */
@@ -58,7 +59,7 @@ export class LeftoverRemoval {
   async afterSync(sync: { full: boolean }): Promise<void> {
     if (!sync.full || this.#pending.length === 0) return;
     const modes = this.#pending;
-    const keepChains = LEFTOVERS[this.#config.proxyMode].usesChain;
+    const keepChains = modeOf(this.#config.proxyMode).takeover.usesChain;
     const failed: ProxyMode[] = [];
     for (const mode of modes) {
       try {
@@ -98,12 +99,14 @@ export interface CleanupEveryModeOptions {
  */
 export async function cleanupEveryMode(options: CleanupEveryModeOptions): Promise<void> {
   const { config } = options;
-  const windows = config.proxyMode === "kernelspace";
+  const { platform } = modeOf(config.proxyMode);
   const executor = options.executor ??
-    new DenoExecutor({ allowedPrograms: windows ? MODE_PROGRAMS.kernelspace : LINUX_PROGRAMS });
-  const modes: ProxyMode[] = windows ? ["kernelspace"] : [
+    new DenoExecutor({
+      allowedPrograms: platform === "linux" ? LINUX_PROGRAMS : programsOf(config.proxyMode),
+    });
+  const modes: ProxyMode[] = [
     config.proxyMode,
-    ...PROXY_MODES.filter((m) => m !== config.proxyMode && m !== "kernelspace"),
+    ...PROXY_MODES.filter((m) => m !== config.proxyMode && modeOf(m).platform === platform),
   ];
   let failure: { error: unknown } | undefined;
   for (const mode of modes) {

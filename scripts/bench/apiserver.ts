@@ -18,7 +18,7 @@
 
 import { parseArgs } from "node:util";
 import { FakeApiServer, RESOURCE_PATHS, writeKubeconfig } from "../testbed/fake_apiserver.ts";
-import { testCertificates } from "../../tests/support/tls.ts";
+import { testCertificates } from "../testbed/tls.ts";
 import { fillCluster, OBJECT_SHAPES, type ObjectShape, sliceObject } from "./cluster.ts";
 
 /**

@@ -101,9 +101,9 @@ export function udpPlan(services: number): Plan {
       externalIPs: [],
       loadBalancerIPs: [],
       sourceRanges: [],
+      allowFromLoadBalancerIPs: false,
       healthCheckNodePort: 0,
       affinityTimeoutSeconds: 0,
-      clusterIPMasquerade: "non-local",
       internal: traffic,
       external: traffic,
       externalLocal: false,
@@ -117,6 +117,7 @@ export function udpPlan(services: number): Plan {
     nodePortAddresses: ["10.201.0.1"],
     serviceCIDRs: ["10.96.0.0/16"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "non-local",
     services: ports,
   };
 }

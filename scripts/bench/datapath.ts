@@ -127,7 +127,7 @@ export async function benchDatapath(options: {
     );
     for (const [index, [mode, create]] of measured.entries()) {
       const backend = await create();
-      await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+      await backend.sync({ plans: [plan], changed: new Set(), full: true });
       try {
         const result = await new NetnsExecutor({ namespace: topology.client }).run({
           program: "python3",

@@ -163,12 +163,11 @@ export async function timeFullThenOneChange(
   changedId: string,
 ): Promise<{ fullMs: number; partialMs: number }> {
   let start = performance.now();
-  await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [plan], changed: new Set(), full: true });
   const fullMs = performance.now() - start;
   start = performance.now();
   await backend.sync({
     plans: [next],
-    previous: [plan],
     changed: new Set([changedId]),
     full: false,
   });

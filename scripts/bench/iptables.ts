@@ -129,7 +129,7 @@ export async function benchPartialSizes(options: {
       nftChainsPerRestore: Infinity,
     });
     let plan = benchPlan(options.services, options.endpointsPerService);
-    await backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+    await backend.sync({ plans: [plan], changed: new Set(), full: true });
     const rows: PartialSyncRow[] = [];
     for (const [i, count] of options.changed.entries()) {
       const step = options.services / count;
@@ -142,7 +142,6 @@ export async function benchPartialSizes(options: {
       try {
         const result = await backend.sync({
           plans: [next],
-          previous: [plan],
           changed,
           full: false,
         });

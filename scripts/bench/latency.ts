@@ -10,7 +10,7 @@
 import { main, type RunningApp } from "../../lib/commands/app.ts";
 import { FakeApiServer, writeKubeconfig } from "../testbed/fake_apiserver.ts";
 import { HostExecutor, NetnsExecutor } from "../netns.ts";
-import { testCertificates } from "../../tests/support/tls.ts";
+import { testCertificates } from "../testbed/tls.ts";
 import {
   type ClusterSize,
   endpointIP,

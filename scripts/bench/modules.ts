@@ -12,7 +12,7 @@
  * @module
  */
 
-import { testCertificates } from "../../tests/support/tls.ts";
+import { testCertificates } from "../testbed/tls.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 

@@ -39,9 +39,9 @@ function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): S
     externalIPs: [],
     loadBalancerIPs: [],
     sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
     healthCheckNodePort: 0,
     affinityTimeoutSeconds: affinity ? 10800 : 0,
-    clusterIPMasquerade: "non-local",
     internal: traffic,
     external: traffic,
     externalLocal: false,
@@ -77,6 +77,7 @@ export function benchPlan(
     nodePortAddresses: ["192.168.0.10"],
     serviceCIDRs: ["10.96.0.0/12"],
     localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
+    clusterIPMasquerade: "non-local",
     services,
   };
 }

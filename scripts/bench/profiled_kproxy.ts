@@ -22,6 +22,7 @@
 import inspector from "node:inspector";
 import v8 from "node:v8";
 import { parseArgs } from "node:util";
+import type { RunningApp } from "../../lib/commands/app.ts";
 
 /** The memory of this process at one moment. */
 export interface MemorySample {
@@ -146,6 +147,7 @@ if (import.meta.main) {
   const { DenoExecutor } = await import("../../lib/shell/exec.ts");
   const { MODE_PROGRAMS } = await import("../../lib/shell/permissions.ts");
   const { KubeSource } = await import("../../lib/shell/source/kube.ts");
+  const { histogramTotals } = await import("../../lib/shell/metrics.ts");
   await mark("kproxy's modules loaded");
 
   const flag = (name: string) =>
@@ -207,11 +209,7 @@ if (import.meta.main) {
     },
   };
   const controller = new AbortController();
-  type Observed = { get(): { count: number; sum: number } };
-  const started = Promise.withResolvers<{
-    proxier: { lastSynced?: unknown };
-    metrics: { syncProxyRulesDuration: Observed; networkProgrammingDuration: Observed };
-  }>();
+  const started = Promise.withResolvers<RunningApp>();
   const running = main(positionals, {
     executor,
     source,
@@ -232,18 +230,18 @@ if (import.meta.main) {
   let changeSyncsMs: number[] | undefined;
   let changeProgrammingMs: number[] | undefined;
   if (changes > 0) {
-    const syncs = app.metrics.syncProxyRulesDuration;
-    const programming = app.metrics.networkProgrammingDuration;
+    const syncs = () => histogramTotals(app.metrics.syncProxyRulesDuration);
+    const programming = () => histogramTotals(app.metrics.networkProgrammingDuration);
     changeSyncsMs = [];
     changeProgrammingMs = [];
     await post(session, "Profiler.start");
     await Deno.writeTextFile(`${values.out}.ready`, "ready for changes\n");
-    let seen = { syncs: syncs.get(), programming: programming.get() };
+    let seen = { syncs: await syncs(), programming: await programming() };
     // Changes that arrive during a sync coalesce: stop 10 s after the last sync.
     let lastSyncAt = performance.now() + 50_000;
     while (changeSyncsMs.length < changes && performance.now() - lastSyncAt < 10_000) {
       await new Promise((resolve) => setTimeout(resolve, 1));
-      const now = { syncs: syncs.get(), programming: programming.get() };
+      const now = { syncs: await syncs(), programming: await programming() };
       if (now.syncs.count === seen.syncs.count) continue;
       lastSyncAt = performance.now();
       changeSyncsMs.push((now.syncs.sum - seen.syncs.sum) * 1000);

@@ -4,7 +4,7 @@
  * archive for `docker load`, `podman load` and `ctr -n k8s.io images import`.
  *
  * Three layers, bottom first:
- * 1. the programs every Linux mode runs (`LINUX_PROGRAMS` of lib/permissions.ts)
+ * 1. the programs every Linux mode runs (`LINUX_PROGRAMS` of lib/shell/permissions.ts, from backends/registry.ts)
  *    and `sh`, with the shared libraries they load, from Debian 12 packages;
  * 2. the Deno runtime, `@deno/linux-x64-glibc` at {@linkcode DENO_VERSION};
  * 3. kproxy: `dist/kproxy.js` (`deno task bundle`), the launcher that computes

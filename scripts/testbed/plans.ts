@@ -8,7 +8,6 @@
 
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type {
-  ClusterIPMasquerade,
   NoEndpointsVerdict,
   Plan,
   PlanEndpoint,
@@ -66,10 +65,44 @@ export interface ServicePortOptions {
   sourceRanges?: string[];
   affinityTimeoutSeconds?: number;
   externalLocal?: boolean;
-  /** @default {"non-local"} */
-  clusterIPMasquerade?: ClusterIPMasquerade;
   /** @default {the serving ones of the internal and external endpoints} */
   servingEndpoints?: PlanEndpoint[];
+}
+
+/**
+ * The one complete ServicePortPlan of the tests: neutral defaults (TCP port 80,
+ * no address, no endpoint), the id made from the names, then `fields`. Each
+ * fixture builder passes its own defaults through it, so a new Plan field is
+ * added here once.
+ */
+export function servicePortPlan(
+  fields: Partial<ServicePortPlan> & { name: string },
+): ServicePortPlan {
+  const namespace = fields.namespace ?? "default";
+  const portName = fields.portName ?? "";
+  const protocol = fields.protocol ?? "TCP";
+  const none = { endpoints: [], whenEmpty: "reject" as const, reason: "" };
+  return {
+    id: servicePortId(namespace, fields.name, portName, protocol),
+    namespace,
+    portName,
+    protocol,
+    port: 80,
+    clusterIPs: [],
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    sourceRanges: [],
+    allowFromLoadBalancerIPs: false,
+    healthCheckNodePort: 0,
+    affinityTimeoutSeconds: 0,
+    internal: none,
+    external: none,
+    externalLocal: false,
+    localReadyEndpoints: 0,
+    servingEndpoints: [],
+    ...fields,
+  };
 }
 
 /** Builds one ServicePortPlan in namespace "kernel" with port name "". */
@@ -80,11 +113,9 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
   const sortKey = (e: PlanEndpoint) => `${e.ip}:${e.port}`;
   const sorted = (list: PlanEndpoint[]) =>
     [...list].sort((a, b) => sortKey(a).localeCompare(sortKey(b)));
-  return {
-    id: servicePortId("kernel", options.name, "", protocol),
+  return servicePortPlan({
     namespace: "kernel",
     name: options.name,
-    portName: "",
     protocol,
     port: options.port ?? 80,
     clusterIPs: [options.clusterIP],
@@ -92,9 +123,7 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     externalIPs: options.externalIPs ?? [],
     loadBalancerIPs: options.loadBalancerIPs ?? [],
     sourceRanges: options.sourceRanges ?? [],
-    healthCheckNodePort: 0,
     affinityTimeoutSeconds: options.affinityTimeoutSeconds ?? 0,
-    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     internal: {
       endpoints: sorted(internal),
       whenEmpty: options.internalWhenEmpty ?? "reject",
@@ -110,11 +139,15 @@ export function servicePort(options: ServicePortOptions): ServicePortPlan {
     servingEndpoints: options.servingEndpoints ??
       sorted([...new Map([...internal, ...external].map((e) => [sortKey(e), e])).values()])
         .filter((e) => e.serving),
-  };
+  });
 }
 
 /** The plan of one family on node "node-a" with the topology's node, service and pod CIDRs. */
-export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan {
+export function familyPlan(
+  family: IpFamily,
+  services: ServicePortPlan[],
+  fields: Partial<Plan> = {},
+): Plan {
   const v6 = family === "IPv6";
   return {
     family,
@@ -125,11 +158,17 @@ export function familyPlan(family: IpFamily, services: ServicePortPlan[]): Plan 
       mode: "ClusterCIDR",
       cidrs: [v6 ? ADDRESSES.clusterCIDRV6 : ADDRESSES.clusterCIDRV4],
     },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => a.id.localeCompare(b.id)),
+    ...fields,
   };
 }
 
-/** Plans for both families: the IPv4 services and (optionally) IPv6 ones. */
-export function plans(ipv4: ServicePortPlan[], ipv6: ServicePortPlan[] = []): Plan[] {
-  return [familyPlan("IPv4", ipv4), familyPlan("IPv6", ipv6)];
+/** Plans for both families: the IPv4 services and (optionally) IPv6 ones, with `fields` each. */
+export function plans(
+  ipv4: ServicePortPlan[],
+  ipv6: ServicePortPlan[] = [],
+  fields: Partial<Plan> = {},
+): Plan[] {
+  return [familyPlan("IPv4", ipv4, fields), familyPlan("IPv6", ipv6, fields)];
 }

@@ -15,7 +15,7 @@ import {
   type KeyPair,
   makeCertificateAuthority,
   opensslUnavailableReason,
-} from "../support/tls.ts";
+} from "../../scripts/testbed/tls.ts";
 
 const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 

@@ -1,6 +1,6 @@
 /**
  * The packaged kproxy (the `deno bundle` of main.ts, run under the flags that
- * `lib/permissions.ts` computes) does its job and nothing else: it cannot run
+ * `lib/shell/permissions.ts` computes) does its job and nothing else: it cannot run
  * a program outside its list, reach a host outside its list, or read a file
  * outside its list.
  */

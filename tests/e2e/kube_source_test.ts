@@ -8,7 +8,7 @@ import {
   type FakeApiServerOptions,
   writeKubeconfig,
 } from "../../scripts/testbed/fake_apiserver.ts";
-import { testCertificates } from "../support/tls.ts";
+import { testCertificates } from "../../scripts/testbed/tls.ts";
 
 function service(name: string, extra: ApiObject = {}): ApiObject {
   return {

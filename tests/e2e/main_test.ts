@@ -93,6 +93,7 @@ Deno.test("main.ts exits 2 naming the bad flag or field", async (t) => {
     [["--iptables-sync-period=soon"], /^kproxy: .*--iptables-sync-period/],
     [["--cluster-cidr=10.0.0.0/33"], /^kproxy: .*--cluster-cidr/],
     [["--proxy-mode=userspace"], /^kproxy: .*--proxy-mode/],
+    [["--pod-bridge-interface=cbr0 -j ACCEPT"], /^kproxy: .*--pod-bridge-interface.*interface/],
   ];
   for (const [args, message] of cases) {
     await t.step(args.join(" "), async () => {

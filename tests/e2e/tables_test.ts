@@ -2,7 +2,7 @@
  * kproxy creates no table it does not use: after any start and any
  * `--cleanup`, the node's tables (nftables, iptables-nft and legacy) are the
  * ones it had before plus kproxy's own. Runs main.ts in a network namespace
- * under the permission flags `lib/permissions.ts` computes, as the packaged
+ * under the permission flags `lib/shell/permissions.ts` computes, as the packaged
  * kproxy runs.
  */
 import assert from "node:assert/strict";
@@ -53,7 +53,7 @@ async function nodeTables(ns: string): Promise<string[]> {
   ].sort();
 }
 
-/** The flags main.ts runs under when packaged for `argv` (lib/permissions.ts). */
+/** The flags main.ts runs under when packaged for `argv` (lib/shell/permissions.ts). */
 function packagedFlags(argv: string[]): string[] {
   const { config } = parseCommandLine(argv, {
     readTextFile: (path) => Deno.readTextFileSync(path),

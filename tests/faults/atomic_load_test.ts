@@ -244,7 +244,7 @@ async function checkNftSync(
     const executor = new CapturingExecutor(netns, isNftLoad);
     const backend: Backend = createNftablesBackend({ executor, config: defaultConfig("node-a") });
     const previous = previousPlan();
-    await backend.sync({ plans: [previous, V6], previous: [], changed: new Set(), full: true });
+    await backend.sync({ plans: [previous, V6], changed: new Set(), full: true });
     const firstLoad = executor.loads.splice(0);
     const listing = async () => {
       let text = "";
@@ -259,7 +259,6 @@ async function checkNftSync(
     await assert.rejects(
       backend.sync({
         plans: [options.next, V6],
-        previous: [previous, V6],
         changed: options.changed,
         full: options.full,
       }),
@@ -442,7 +441,7 @@ async function checkIptablesSync(
       nftChainsPerRestore: 100,
     });
     const previous = iptPrevious();
-    await backend.sync({ plans: [previous], previous: [], changed: new Set(), full: true });
+    await backend.sync({ plans: [previous], changed: new Set(), full: true });
     executor.loads.splice(0);
     const save = async (table: string) =>
       parseSave(
@@ -467,7 +466,7 @@ async function checkIptablesSync(
     // stop point of those inputs is tried from the state the previous inputs left.
     const snapshots = [await snapshot()];
     const { plan: next, changed } = iptNext();
-    await backend.sync({ plans: [next], previous: [previous], changed, full: options.full });
+    await backend.sync({ plans: [next], changed, full: options.full });
     const calls = executor.loads.splice(0);
     const after = await state();
     for (const call of calls) {

@@ -525,16 +525,19 @@ export const KERNEL_CASES: readonly KernelCase[] = [
     name:
       "--masquerade-all: a pod's packet to an externalTrafficPolicy Local node port or LB IP keeps its source",
     plans: (t) =>
-      plans([servicePort({
-        name: "etp-local-masq-all",
-        clusterIP: "10.96.1.22",
-        nodePort: 30085,
-        loadBalancerIPs: ["10.204.0.12"],
-        internalEndpoints: [local(t, 0), remote(t, 0)].map((p) => endpointOf(p)),
-        externalEndpoints: [endpointOf(local(t, 0))],
-        externalLocal: true,
-        clusterIPMasquerade: "all",
-      })]),
+      plans(
+        [servicePort({
+          name: "etp-local-masq-all",
+          clusterIP: "10.96.1.22",
+          nodePort: 30085,
+          loadBalancerIPs: ["10.204.0.12"],
+          internalEndpoints: [local(t, 0), remote(t, 0)].map((p) => endpointOf(p)),
+          externalEndpoints: [endpointOf(local(t, 0))],
+          externalLocal: true,
+        })],
+        [],
+        { clusterIPMasquerade: "all" },
+      ),
     async expect({ topology: t }) {
       const pod = local(t, 2);
       const allowed = names([local(t, 0), remote(t, 0)]);

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
 import { SERVICE_ACCOUNT_DIR } from "../../lib/shell/source/kubeconfig.ts";
-import { testCertificates } from "../support/tls.ts";
+import { testCertificates } from "../../scripts/testbed/tls.ts";
 import { kernelSkipReason, Topology } from "./netns.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;

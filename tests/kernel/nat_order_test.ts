@@ -57,8 +57,7 @@ for (const other of KUBE_PROXY_MODES) {
         config: testConfig(),
         families: ["IPv4"],
       });
-      const fullSync = () =>
-        backend.sync({ plans: [ours], previous: [], changed: new Set(), full: true });
+      const fullSync = () => backend.sync({ plans: [ours], changed: new Set(), full: true });
       const flushConntrack = () => node.run({ program: "conntrack", args: ["-F"] });
       try {
         await loadKubeProxyRules(node, { mode: other, plan: theirs });

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { defaultConfig } from "../../lib/config/defaults.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { kernelUnavailableReason, Topology } from "../../scripts/netns.ts";
 
@@ -73,45 +74,14 @@ export interface TestConfigOptions {
 
 /** A Config with kube-proxy's defaults, for backends under test on node "node-a". */
 export function testConfig(options: TestConfigOptions = {}): Config {
-  const periods = { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 };
+  const config = defaultConfig("node-a");
   return {
-    configFile: "",
-    kubeconfig: "",
-    master: "",
-    manifests: "",
-    hostnameOverride: "node-a",
+    ...config,
     proxyMode: options.proxyMode ?? "nftables",
     clusterCIDRs: ["10.244.0.0/16", "fd00:244::/48"],
-    detectLocalMode: "ClusterCIDR",
-    bridgeInterface: "",
-    interfaceNamePrefix: "",
-    nodePortAddresses: ["primary"],
-    masqueradeAll: false,
-    bindAddress: "0.0.0.0",
     healthzBindAddress: "127.0.0.1:0",
     metricsBindAddress: "127.0.0.1:0",
-    iptables: {
-      ...periods,
-      masqueradeBit: 14,
-      localhostNodePorts: false,
-      backend: options.iptablesBackend ?? "auto",
-    },
-    nftables: { ...periods },
-    ipvs: {
-      ...periods,
-      scheduler: "rr",
-      strictARP: false,
-      tcpTimeoutMs: 0,
-      tcpFinTimeoutMs: 0,
-      udpTimeoutMs: 0,
-    },
-    winkernel: { sourceVip: "", enableDSR: false, networkName: "" },
-    conntrack: { tcpBeLiberal: false },
+    iptables: { ...config.iptables, backend: options.iptablesBackend ?? "auto" },
     serviceClusterIPRange: ["10.96.0.0/16", "fd00:96::/112"],
-    externalIPAllowedCIDRs: [],
-    serviceNodePortRange: { first: 30000, last: 32767 },
-    featureGates: {},
-    cleanup: false,
-    verbosity: 0,
   };
 }

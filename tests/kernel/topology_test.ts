@@ -107,11 +107,10 @@ Deno.test({
     const apply = async (clusterState: ClusterState): Promise<Plan> => {
       const plan = planNode({ state: clusterState, options: OPTIONS }).ipv4;
       const changed = applied
-        ? changedServicePortIds(applied, plan, new Set(["default/topo"]))
+        ? changedServicePortIds(applied, plan)
         : new Set(plan.services.map((s) => s.id));
       await backend.sync({
         plans: [plan],
-        previous: applied ? [applied] : [],
         changed,
         full: !applied,
       });

@@ -25,7 +25,7 @@ import {
   setPath,
 } from "./arbitraries.ts";
 
-// Independent oracles: what may reach the model, written apart from lib/parse.ts.
+// Independent oracles: what may reach the model, written apart from lib/core/parse/.
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const DNS_SUBDOMAIN =
   /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;

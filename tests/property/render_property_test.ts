@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { Tracker } from "../../lib/core/tracker.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../../lib/core/planner.ts";
 import type { NodePlans, Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { servicePortPlan } from "../../scripts/testbed/plans.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import * as nft from "../../backends/nftables/render.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
@@ -52,8 +53,8 @@ function transition(
     previous,
     next,
     changed: {
-      ipv4: changedServicePortIds(previous.ipv4, next.ipv4, second.changedServices),
-      ipv6: changedServicePortIds(previous.ipv6, next.ipv6, second.changedServices),
+      ipv4: changedServicePortIds(previous.ipv4, next.ipv4),
+      ipv6: changedServicePortIds(previous.ipv6, next.ipv6),
     },
   };
 }
@@ -82,28 +83,14 @@ function withHostileReasons(plan: Plan, marker: string): Plan {
 
 /** A service port plan without endpoints, for hand-made counterexamples. */
 function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): ServicePortPlan {
-  return {
-    id: `default/${name}:/TCP`,
-    namespace: "default",
+  return servicePortPlan({
     name,
-    portName: "",
-    protocol: "TCP",
-    port: 80,
     clusterIPs: ["10.96.0.10"],
     nodePort: 30080,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "none",
     internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
     external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
-    externalLocal: false,
-    localReadyEndpoints: 0,
-    servingEndpoints: [],
     ...overrides,
-  };
+  });
 }
 
 /**
@@ -121,6 +108,7 @@ const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (
     nodePortAddresses: ["192.168.1.10"],
     serviceCIDRs: ["10.96.0.0/16"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   };
   const endpoint = {
@@ -179,6 +167,7 @@ const NESTED_CIDR_PLANS: Plan[] = [
     nodePortAddresses: ["fd00::10"],
     serviceCIDRs: ["fd00:96::/108", "fd00:96::/112"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [],
   },
   {
@@ -187,6 +176,7 @@ const NESTED_CIDR_PLANS: Plan[] = [
     nodePortAddresses: ["192.168.1.10"],
     serviceCIDRs: ["10.96.0.0/16"],
     localTraffic: { mode: "None" },
+    clusterIPMasquerade: "none",
     services: [
       servicePort("web", {
         loadBalancerIPs: ["192.0.2.1"],

@@ -59,7 +59,6 @@ export class RecordingBackend implements Backend {
   sync(request: SyncRequest): Promise<SyncResult> {
     const copy: SyncRequest = {
       plans: structuredClone(request.plans),
-      previous: structuredClone(request.previous),
       changed: new Set(request.changed),
       full: request.full,
     };

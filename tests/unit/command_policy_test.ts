@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createBackend } from "../../backends/registry.ts";
+import { createBackend, modeOf, PROXY_MODES } from "../../backends/registry.ts";
 import { planOnce } from "../../lib/commands/app.ts";
 import {
   ANY_ARGUMENTS,
@@ -7,7 +7,6 @@ import {
   KPROXY_COMMAND_POLICY,
 } from "../../lib/shell/command_policy.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
-import type { ProxyMode } from "../../lib/config/types.ts";
 import { type ConntrackFlow, deleteLine, listArgs } from "../../lib/core/conntrack.ts";
 import { kernelDiff } from "../../lib/commands/diff.ts";
 import { DenoExecutor } from "../../lib/shell/exec.ts";
@@ -212,7 +211,7 @@ Deno.test("commandRefusal() allows the command shapes kproxy uses", () => {
 });
 
 Deno.test("every command of every Linux backend passes the policy", async (t) => {
-  for (const mode of ["nftables", "iptables", "ipvs"] as ProxyMode[]) {
+  for (const mode of PROXY_MODES.filter((mode) => modeOf(mode).platform === "linux")) {
     await t.step(mode, async () => {
       const config = {
         ...defaultConfig("node-a"),
@@ -226,9 +225,9 @@ Deno.test("every command of every Linux backend passes the policy", async (t) =>
       const executor = new FakeExecutor();
       const backend = await createBackend(mode, { executor, config });
       const all = [plans.ipv4, plans.ipv6];
-      await backend.sync({ plans: all, previous: [], changed: new Set(), full: true });
+      await backend.sync({ plans: all, changed: new Set(), full: true });
       const changed = new Set(plans.ipv4.services.slice(0, 3).map((service) => service.id));
-      await backend.sync({ plans: all, previous: all, changed, full: false });
+      await backend.sync({ plans: all, changed, full: false });
       await backend.checkDrift?.();
       await kernelDiff({ backend, executor, plans: all, scratchNamespace: "kp-policy-test" })
         .catch(() => {});
@@ -237,6 +236,8 @@ Deno.test("every command of every Linux backend passes the policy", async (t) =>
       for (const command of executor.calls) {
         assert.equal(refusal(command), undefined, `${command.program} ${command.args.join(" ")}`);
       }
+      // Stale conntrack entries are the shell's post-sync step (lib/shell/conntrack_reconciler.ts).
+      assert.deepEqual(executor.calls.filter((command) => command.program === "conntrack"), []);
     });
   }
   await t.step("conntrack listings and deletes", () => {

@@ -606,6 +606,27 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     "--pod-bridge-interface",
   ],
   [
+    "bad bridge interface name",
+    ["--pod-bridge-interface=cbr0 -j ACCEPT"],
+    undefined,
+    "--pod-bridge-interface",
+    /^Cannot parse --pod-bridge-interface: "cbr0 -j ACCEPT" is not an interface name/,
+  ],
+  [
+    "interface name prefix too long",
+    ["--pod-interface-name-prefix=veth0123456789ab"],
+    undefined,
+    "--pod-interface-name-prefix",
+    /not an interface name/,
+  ],
+  [
+    "interface name prefix read as an option, from file",
+    ["--config=/c"],
+    HEADER + 'detectLocal:\n  interfaceNamePrefix: "-veth"\n',
+    "detectLocal.interfaceNamePrefix",
+    /not an interface name/,
+  ],
+  [
     "prefix mode without prefix",
     ["--detect-local-mode=InterfaceNamePrefix"],
     undefined,

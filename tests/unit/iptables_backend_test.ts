@@ -42,7 +42,6 @@ Deno.test("createIptablesBackend() first sync detects the variant, restores full
   assert.equal(backend.mode, "iptables");
   const result = await backend.sync({
     plans: [change.previous],
-    previous: [],
     changed: new Set(),
     full: false,
   });
@@ -67,10 +66,9 @@ Deno.test("createIptablesBackend() syncs fully when the cluster enters large clu
   const backend = nftBackend(executor);
   const small = uniformCluster(100, 10);
   const large = uniformCluster(101, 10);
-  await backend.sync({ plans: [small], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [small], changed: new Set(), full: true });
   const result = await backend.sync({
     plans: [large],
-    previous: [small],
     changed: new Set([large.services.at(-1)!.id]),
     full: false,
   });
@@ -83,12 +81,11 @@ Deno.test("createIptablesBackend() turns a partial sync too large for one iptabl
   const backend = nftBackend(executor, { nftChainsPerRestore: 20 });
   const before = uniformCluster(30, 3);
   const after = uniformCluster(30, 4);
-  await backend.sync({ plans: [before], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [before], changed: new Set(), full: true });
   executor.calls.length = 0;
   const everything = new Set(after.services.map((s) => s.id));
   const result = await backend.sync({
     plans: [after],
-    previous: [before],
     changed: everything,
     full: false,
   });
@@ -104,7 +101,6 @@ Deno.test("createIptablesBackend() turns a partial sync too large for one iptabl
   const one = new Set([after.services[0]!.id]);
   const small = await backend.sync({
     plans: [before],
-    previous: [after],
     changed: one,
     full: false,
   });
@@ -114,11 +110,10 @@ Deno.test("createIptablesBackend() turns a partial sync too large for one iptabl
 Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor);
-  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [change.previous], changed: new Set(), full: true });
   executor.calls.length = 0;
   const result = await backend.sync({
     plans: [change.next],
-    previous: [change.previous],
     changed: change.changed,
     full: false,
   });
@@ -148,7 +143,6 @@ Deno.test("createIptablesBackend() reports the rules it wrote and owns per table
   const backend = nftBackend(executor);
   const full = await backend.sync({
     plans: [change.previous],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -169,14 +163,12 @@ Deno.test("createIptablesBackend() reports the rules it wrote and owns per table
   executor.calls.length = 0;
   const partial = await backend.sync({
     plans: [change.next],
-    previous: [change.previous],
     changed: change.changed,
     full: false,
   });
   assert.equal(partial.full, false);
   const fresh = await nftBackend(new FakeExecutor()).sync({
     plans: [change.next],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -195,11 +187,10 @@ Deno.test("createIptablesBackend() reports the rules it wrote and owns per table
 Deno.test("createIptablesBackend() skips the restore when a partial sync changes nothing", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor);
-  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [change.previous], changed: new Set(), full: true });
   executor.calls.length = 0;
   await backend.sync({
     plans: [change.previous],
-    previous: [],
     changed: new Set(["x"]),
     full: false,
   });
@@ -209,16 +200,15 @@ Deno.test("createIptablesBackend() skips the restore when a partial sync changes
 Deno.test("createIptablesBackend() falls back to a full sync after a failed restore", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor);
-  await backend.sync({ plans: [change.previous], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [change.previous], changed: new Set(), full: true });
   executor.reply({ code: 2, stderr: "iptables-restore: line 3 failed" });
   await assert.rejects(
-    backend.sync({ plans: [change.next], previous: [], changed: change.changed, full: false }),
+    backend.sync({ plans: [change.next], changed: change.changed, full: false }),
     /exit status 2: iptables-restore: line 3 failed/,
   );
   executor.calls.length = 0;
   const result = await backend.sync({
     plans: [change.next],
-    previous: [],
     changed: change.changed,
     full: false,
   });
@@ -246,7 +236,6 @@ Deno.test("createIptablesBackend() inserts only missing jumps, and checks with -
   const backend = nftBackend(executor);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -265,7 +254,6 @@ Deno.test("createIptablesBackend() deletes stale service chains found by iptable
   const backend = nftBackend(executor);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -281,7 +269,6 @@ Deno.test("createIptablesBackend() uses ip6tables for IPv6 plans and ignores dis
   });
   await backend.sync({
     plans: [emptyPlan("IPv4"), GOLDEN_CASES.ipv6!],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -303,7 +290,6 @@ Deno.test("createIptablesBackend() sets route_localnet only with localhostNodePo
     });
     await backend.sync({
       plans: [GOLDEN_CASES.nodeport!],
-      previous: [],
       changed: new Set(),
       full: true,
     });
@@ -323,7 +309,6 @@ Deno.test("createIptablesBackend() checkDrift() reports a missing canary chain",
   assert.equal(await backend.checkDrift!(), false);
   await backend.sync({
     plans: [GOLDEN_CASES.clusterip!],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -346,10 +331,9 @@ Deno.test("createIptablesBackend() leaves conntrack to the post-sync step", asyn
   const service = moved.services[0]!;
   service.internal.endpoints[0]!.ip = "10.244.0.4";
   service.external.endpoints[0]!.ip = "10.244.0.4";
-  await backend.sync({ plans: [dns], previous: [], changed: new Set(), full: true });
+  await backend.sync({ plans: [dns], changed: new Set(), full: true });
   await backend.sync({
     plans: [moved],
-    previous: [dns],
     changed: new Set([service.id]),
     full: false,
   });
@@ -378,7 +362,6 @@ Deno.test({
           });
           const result = await backend.sync({
             plans: [change.previous],
-            previous: [],
             changed: new Set(),
             full: true,
           });
@@ -387,7 +370,6 @@ Deno.test({
           // A second full sync must not duplicate the jumps.
           await backend.sync({
             plans: [change.previous],
-            previous: [],
             changed: new Set(),
             full: true,
           });
@@ -403,7 +385,6 @@ Deno.test({
 
           const partial = await backend.sync({
             plans: [change.next],
-            previous: [],
             changed: change.changed,
             full: false,
           });

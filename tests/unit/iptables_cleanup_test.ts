@@ -205,7 +205,7 @@ Deno.test("createIptablesBackend() removes the mode's chains from the other vari
     families: ["IPv4"],
   });
   const plan = emptyPlan("IPv4");
-  const sync = () => backend.sync({ plans: [plan], previous: [], changed: new Set(), full: true });
+  const sync = () => backend.sync({ plans: [plan], changed: new Set(), full: true });
   await sync();
   const legacy = restored(executor.calls).filter((c) => c.program === "iptables-legacy-restore");
   assert.equal(legacy.length, 1);

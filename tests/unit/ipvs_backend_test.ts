@@ -45,7 +45,7 @@ function ok0(stdout: string): CommandResult {
 }
 
 function request(plan: Plan, full: boolean): SyncRequest {
-  return { plans: [plan], previous: [], changed: new Set(), full };
+  return { plans: [plan], changed: new Set(), full };
 }
 
 function ipvsRestores(calls: { line: string; stdin?: string }[]): string[] {

@@ -1,6 +1,7 @@
 import { deepStrictEqual as assertEquals, throws } from "node:assert/strict";
 import { applyIpvsOps, diffIpvs, renderIpvsOps } from "../../backends/ipvs/diff.ts";
-import { masqueradeMark, renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
+import { renderIpvsIptables } from "../../backends/ipvs/iptables.ts";
+import { masqueradeMark } from "../../backends/iptables/rules.ts";
 import { parseIpvsadmList, parseIpvsadmSave } from "../../backends/ipvs/parse.ts";
 import {
   renderIpsetRestoreDiff,
@@ -116,11 +117,14 @@ Deno.test("renderIpvs() rejects values that could change a command line", async 
 
 Deno.test("renderIpvsIptables() masquerades per clusterIPMasquerade and detector", async (t) => {
   await t.step("all", () => {
-    const text = renderIpvsIptables(planOf([servicePort({ clusterIPMasquerade: "all" })]));
+    const text = renderIpvsIptables({
+      ...planOf([servicePort()]),
+      clusterIPMasquerade: "all",
+    });
     assertEquals(text.includes("--match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ"), true);
   });
   await t.step("none", () => {
-    const plan = { ...planOf([servicePort({ clusterIPMasquerade: "none" })]) };
+    const plan = { ...planOf([servicePort()]), clusterIPMasquerade: "none" as const };
     plan.localTraffic = { mode: "None" };
     assertEquals(renderIpvsIptables(plan).includes("-j KUBE-NON-LOCAL-MASQ"), false);
   });

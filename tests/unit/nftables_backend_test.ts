@@ -62,7 +62,6 @@ Deno.test("createNftablesBackend() full sync is one guarded nft load with every 
   const executor = new FakeExecutor(refusingProbe);
   const result = await backend(executor).sync({
     plans: [v4, v6],
-    previous: [],
     changed: new Set(),
     full: true,
   });
@@ -86,8 +85,8 @@ Deno.test("createNftablesBackend() probes the load guard once and warns when the
   const executor = new FakeExecutor();
   await withLogRecords(["kproxy", "nftables"], async (records) => {
     const nft = backend(executor);
-    await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
-    await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
+    await nft.sync({ plans: [v4], changed: new Set(), full: true });
+    await nft.sync({ plans: [v4], changed: new Set(), full: true });
     const warnings = records.filter((r) => r.level === "warning");
     assert.equal(warnings.length, 1);
     assert.match(warnings[0]!.message.join(""), /accepted an armed nftables load guard/);
@@ -98,11 +97,10 @@ Deno.test("createNftablesBackend() probes the load guard once and warns when the
 Deno.test("createNftablesBackend() partial sync after one endpoint change holds only that service", async () => {
   const executor = new FakeExecutor();
   const nft = backend(executor);
-  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
   const next = withOneEndpointChanged(v4, 7);
   const result = await nft.sync({
     plans: [next],
-    previous: [v4],
     changed: new Set([services[7]!.id]),
     full: false,
   });
@@ -128,7 +126,7 @@ Deno.test("createNftablesBackend() partial sync after one endpoint change holds 
 Deno.test("createNftablesBackend() syncs fully after a failed sync", async () => {
   const executor = new FakeExecutor();
   const nft = backend(executor);
-  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
   executor.reply({ code: 1, stderr: "Error: Could not process rule: No such file or directory" });
   const next = withOneEndpointChanged(v4, 3);
   const request = {
@@ -144,7 +142,6 @@ Deno.test("createNftablesBackend() syncs fully after a failed sync", async () =>
   const after = await nft.sync({
     ...request,
     plans: [withOneEndpointChanged(v4, 4)],
-    previous: [next],
   });
   assert.equal(after.full, false);
 });
@@ -153,7 +150,6 @@ Deno.test("createNftablesBackend() upgrades a partial sync without a recorded pr
   const executor = new FakeExecutor();
   const result = await backend(executor).sync({
     plans: [v4],
-    previous: [v4],
     changed: new Set(),
     full: false,
   });
@@ -227,11 +223,11 @@ Deno.test("createNftablesBackend() checkDrift() reads the canary set first", asy
       const kernel = new FakeNftKernel();
       const executor = new FakeExecutor(kernel.handle);
       const nft = driftBackend(kernel, executor);
-      await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+      await nft.sync({ plans: [v4], changed: new Set(), full: true });
       executor.reply(reply);
       assert.equal(await nft.checkDrift!(), drifted);
       assert.deepEqual(executor.calls.at(-1)!.args, ["list", "set", "ip", "kproxy", "canary"]);
-      const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+      const next = await nft.sync({ plans: [v4], changed: new Set(), full: false });
       assert.equal(next.full, drifted);
     });
   }
@@ -256,11 +252,11 @@ Deno.test("createNftablesBackend() checkDrift() catches an edited skeleton chain
     await t.step(name, async () => {
       const kernel = new FakeNftKernel();
       const nft = driftBackend(kernel);
-      await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
+      await nft.sync({ plans: [v4], changed: new Set(), full: true });
       assert.equal(await nft.checkDrift!(), false, "clean after the full sync");
       tamper(kernel.chains);
       assert.equal(await nft.checkDrift!(), drifted);
-      const next = await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+      const next = await nft.sync({ plans: [v4], changed: new Set(), full: false });
       assert.equal(next.full, drifted);
       assert.equal(await nft.checkDrift!(), false, "clean after the repair");
     });
@@ -313,9 +309,9 @@ Deno.test("createNftablesBackend() deletes the replaced tables in the transactio
     { code: 1, stderr: "Error: Could not process rule: Operation not supported" },
     { code: 1, stderr: "Error: interrupted" },
   );
-  await assert.rejects(nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true }));
-  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
-  await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: true });
+  await assert.rejects(nft.sync({ plans: [v4], changed: new Set(), full: true }));
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
   const loads = tableLoads(executor);
   const deletions = "add table ip kube-proxy\ndelete table ip kube-proxy\n" +
     "add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n";
@@ -333,8 +329,8 @@ Deno.test("createNftablesBackend() deletes the replaced tables in the transactio
 Deno.test("createNftablesBackend() sets nf_conntrack_tcp_be_liberal once when configured", async () => {
   const executor = new FakeExecutor();
   const nft = backend(executor, true);
-  await nft.sync({ plans: [v4], previous: [], changed: new Set(), full: true });
-  await nft.sync({ plans: [v4], previous: [v4], changed: new Set(), full: false });
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4], changed: new Set(), full: false });
   const sysctls = executor.calls.filter((c) => c.program === "sysctl");
   assert.deepEqual(sysctls.map((c) => c.args), [[
     "-w",
@@ -350,6 +346,6 @@ Deno.test("createNftablesBackend() programs only its configured families", async
     config: defaultConfig("node-a"),
     families: ["IPv4"],
   });
-  await nft.sync({ plans: [v4, v6], previous: [], changed: new Set(), full: true });
+  await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
   assert.ok(!nftCalls(executor)[0]!.stdin!.includes("ip6"));
 });

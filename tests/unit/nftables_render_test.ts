@@ -170,7 +170,6 @@ Deno.test("renderFull() replaces the table atomically", () => {
 function fourEndpoints(overrides: Parameters<typeof servicePort>[2] = {}) {
   const endpoints = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((ip) => endpoint(ip));
   const service = servicePort("ns", "four", {
-    clusterIPMasquerade: "none",
     internal: { endpoints, whenEmpty: "reject", reason: "" },
     external: { endpoints, whenEmpty: "reject", reason: "" },
     ...overrides,
@@ -180,7 +179,7 @@ function fourEndpoints(overrides: Parameters<typeof servicePort>[2] = {}) {
 
 Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain picks from", () => {
   const { service } = fourEndpoints({ clusterIPs: ["172.30.0.4"] });
-  const objects = serviceObjects(plan([service]), service);
+  const objects = serviceObjects(plan([service], { clusterIPMasquerade: "none" }), service);
   assert.deepEqual(objects.chains, [], "no chain of its own");
   assert.deepEqual([...objects.sharedChains], [[
     "dnat-4",
@@ -200,7 +199,7 @@ Deno.test("serviceObjects() puts each endpoint in a slot a shared numgen chain p
 
 Deno.test("serviceObjects() with session affinity picks endpoints uniformly with numgen rules", () => {
   const { endpoints, service } = fourEndpoints({ affinityTimeoutSeconds: 600 });
-  const objects = serviceObjects(plan([service]), service);
+  const objects = serviceObjects(plan([service], { clusterIPMasquerade: "none" }), service);
   const [lookup, ...rules] = objects.chains[0]!.rules;
   assert.match(lookup!, /dnat ip to ip saddr map @aff-/);
   assert.equal(rules.length, 4);
@@ -260,8 +259,11 @@ Deno.test("serviceObjects() renders each masquerade mode and local detector", as
   ];
   for (const [name, options, mode, expected] of cases) {
     await t.step(name, () => {
-      const service = servicePort("ns", "m", { clusterIPMasquerade: mode });
-      const objects = serviceObjects(plan([service], options), service);
+      const service = servicePort("ns", "m");
+      const objects = serviceObjects(
+        plan([service], { ...options, clusterIPMasquerade: mode }),
+        service,
+      );
       const [name, rules] = [...objects.sharedChains][0]!;
       assert.equal(
         name,
@@ -287,8 +289,8 @@ Deno.test("serviceObjects() sends Local external traffic to local endpoints and 
 });
 
 Deno.test("serviceObjects() with --masquerade-all marks only traffic to the cluster IP, not a pod short-circuited from a Local address", () => {
-  const etpLocal = GOLDEN_PLANS["etp-local"]!;
-  const service = { ...etpLocal.services[0]!, clusterIPMasquerade: "all" as const };
+  const etpLocal = { ...GOLDEN_PLANS["etp-local"]!, clusterIPMasquerade: "all" as const };
+  const service = etpLocal.services[0]!;
   const objects = serviceObjects(etpLocal, service);
   const svc = objects.chains.find((c) => c.chain.name === serviceObjectName("svc", service))!;
   const marking = svc.rules.filter((rule) => rule.includes("meta mark set"));
@@ -603,4 +605,15 @@ Deno.test("Transaction.chunks() gives the script in pieces of whole lines", () =
   assert.equal([...tx.chunks()].join(""), tx.toString(), "each iteration gives the same script");
   const elementLines = tx.toString().split("\n").filter((l) => l.startsWith("add element"));
   assert.equal(elementLines.length, 2, "1500 elements of one set in lines of ELEMENTS_PER_LINE");
+});
+
+Deno.test("renderIncremental() declines when the node's cluster-IP masquerade changed", () => {
+  const before = GOLDEN_PLANS["clusterip-basic"] ?? Object.values(GOLDEN_PLANS)[0]!;
+  const after = { ...before, clusterIPMasquerade: "all" as const };
+  assert.equal(before.clusterIPMasquerade, "non-local");
+  assert.equal(renderIncremental({ plan: after, previous: before, changed: new Set() }), undefined);
+  assert.notEqual(
+    renderIncremental({ plan: before, previous: before, changed: new Set() }),
+    undefined,
+  );
 });

@@ -178,6 +178,23 @@ Deno.test("planNode() captures VIP load-balancer IPs and not Proxy ones", () => 
   assert.equal(sp.healthCheckNodePort, 0);
 });
 
+Deno.test("planNode() lets load-balancer IPs through the source ranges only when they hold a node port address", () => {
+  const lb = (ranges: string[]) =>
+    only(plan({
+      services: [service({
+        name: "lb",
+        type: "LoadBalancer",
+        ports: [port({ nodePort: 30001 })],
+        loadBalancerIngress: [{ ip: "203.0.113.1", ipMode: "VIP" }],
+        loadBalancerSourceRanges: ranges,
+      })],
+    }));
+  // The node's primary address is 192.168.1.10.
+  assert.equal(lb(["198.51.100.0/24", "192.168.0.0/16"]).allowFromLoadBalancerIPs, true);
+  assert.equal(lb(["198.51.100.0/24"]).allowFromLoadBalancerIPs, false);
+  assert.equal(lb([]).allowFromLoadBalancerIPs, false);
+});
+
 Deno.test("planNode() ignores load-balancer fields on non-LoadBalancer services", () => {
   const sp = only(plan({
     services: [service({
@@ -787,7 +804,7 @@ interface MasqCase {
   opts: Partial<PlannerOptions>;
   podCIDRs?: string[];
   want: [Plan["localTraffic"], Plan["localTraffic"]];
-  masq: [ServicePortPlan["clusterIPMasquerade"], ServicePortPlan["clusterIPMasquerade"]];
+  masq: [Plan["clusterIPMasquerade"], Plan["clusterIPMasquerade"]];
 }
 
 const MASQ_CASES: MasqCase[] = [
@@ -862,7 +879,7 @@ for (const c of MASQ_CASES) {
     }, c.opts);
     assert.deepEqual([plans.ipv4.localTraffic, plans.ipv6.localTraffic], c.want);
     assert.deepEqual(
-      [only(plans, "IPv4").clusterIPMasquerade, only(plans, "IPv6").clusterIPMasquerade],
+      [plans.ipv4.clusterIPMasquerade, plans.ipv6.clusterIPMasquerade],
       c.masq,
     );
   });
@@ -1112,11 +1129,11 @@ Deno.test("planNode() replans only changed services and reuses the other plans",
     planNode({ state: state({ services, slices: changedSlices }), options: opts }),
   );
   assert.deepEqual(
-    changedServicePortIds(previous.ipv4, next.ipv4, new Set(["default/a"])),
+    changedServicePortIds(previous.ipv4, next.ipv4),
     new Set(["default/a:/TCP"]),
   );
   assert.deepEqual(
-    changedServicePortIds(previous.ipv6, next.ipv6, new Set(["default/a"])),
+    changedServicePortIds(previous.ipv6, next.ipv6),
     new Set(),
   );
 });
@@ -1144,7 +1161,7 @@ Deno.test("planNode() incrementally adds and removes services in id order", () =
   ]);
   assert.equal(next.ipv4.services[0], previous.ipv4.services[0]);
   assert.deepEqual(
-    changedServicePortIds(previous.ipv4, next.ipv4, changed),
+    changedServicePortIds(previous.ipv4, next.ipv4),
     new Set(["default/b:x/TCP", "default/b:y/TCP", "default/bb:/TCP"]),
   );
 });
@@ -1159,11 +1176,11 @@ Deno.test("planNode() replans everything on a global change", () => {
     changedServices: new Set(),
     globalChange: true,
   });
-  assert.ok(next.ipv4.services.every((s) => s.clusterIPMasquerade === "all"));
-  assert.equal(
-    changedServicePortIds(previous.ipv4, next.ipv4, new Set()).size,
-    next.ipv4.services.length,
-  );
+  // The node-wide decision is on the Plan (the Proxier syncs fully when it
+  // changes); every service port was replanned, none reused.
+  assert.equal(next.ipv4.clusterIPMasquerade, "all");
+  assert.ok(next.ipv4.services.every((sp) => !previous.ipv4.services.includes(sp)));
+  assert.equal(changedServicePortIds(previous.ipv4, next.ipv4).size, 0);
 });
 
 Deno.test("planNode() incrementally replans topologyKeys services, which depend on other nodes", () => {
@@ -1194,7 +1211,7 @@ Deno.test("changedServicePortIds() compares rebuilt plans field by field", () =>
   const one = planNode({ state: state({ services, slices }), options: options() });
   const two = planNode({ state: state({ services, slices }), options: options() });
   assert.notEqual(one.ipv4.services[0], two.ipv4.services[0]);
-  assert.deepEqual(changedServicePortIds(one.ipv4, two.ipv4, new Set()), new Set());
+  assert.deepEqual(changedServicePortIds(one.ipv4, two.ipv4), new Set());
 });
 
 Deno.test("planNode() incremental result equals a full replan for random changes", async () => {
@@ -1252,7 +1269,7 @@ Deno.test("planNode() incremental result equals a full replan for random changes
           assert.ok(previous.ipv4.services.includes(sp), `${sp.id} reused`);
         }
       }
-      const ids = changedServicePortIds(previous.ipv4, next.ipv4, changed);
+      const ids = changedServicePortIds(previous.ipv4, next.ipv4);
       const want = new Set<string>();
       const prevById = new Map(previous.ipv4.services.map((s) => [s.id, s]));
       const nextById = new Map(next.ipv4.services.map((s) => [s.id, s]));

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
+import { servicePortPlan } from "../../scripts/testbed/plans.ts";
 import { countPlan, countPlans, type StatusSnapshot } from "../../lib/commands/status/snapshot.ts";
 import { escapeHtml, formatUptime, renderStatusHtml } from "../../lib/commands/status/html.ts";
 import { statusHandler } from "../../lib/commands/status/handler.ts";
@@ -23,27 +24,14 @@ function endpoint(ip: string, isLocal: boolean): PlanEndpoint {
 
 function servicePort(name: string, endpoints: PlanEndpoint[]): ServicePortPlan {
   const traffic = { endpoints, whenEmpty: "reject" as const, reason: "" };
-  return {
-    id: `default/${name}:http/TCP`,
-    namespace: "default",
+  return servicePortPlan({
     name,
     portName: "http",
-    protocol: "TCP",
-    port: 80,
     clusterIPs: ["10.96.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "none",
     internal: traffic,
     external: traffic,
-    externalLocal: false,
-    localReadyEndpoints: 0,
     servingEndpoints: endpoints,
-  };
+  });
 }
 
 function plan(services: ServicePortPlan[]): Plan {

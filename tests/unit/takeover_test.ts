@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { LEFTOVERS } from "../../backends/registry.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 import { LeftoverRemoval } from "../../lib/shell/takeover.ts";
@@ -107,16 +106,4 @@ Deno.test("LeftoverRemoval retries a mode that failed after the next full sync o
   assert.equal(executor.calls.length, before, "a partial sync retries nothing");
   await removal.afterSync({ full: true });
   assert.deepEqual(removal.pending, []);
-});
-
-Deno.test("LEFTOVERS: every Linux mode removes the other two, and keeps what it uses itself", () => {
-  for (const mode of ["nftables", "iptables", "ipvs"] as const) {
-    const others = ["nftables", "iptables", "ipvs"].filter((other) => other !== mode);
-    assert.deepEqual([...LEFTOVERS[mode].removes].sort(), others.sort());
-  }
-  assert.deepEqual(LEFTOVERS.nftables.replacesTables, ["kube-proxy"]);
-  assert.equal(LEFTOVERS.ipvs.usesChain?.("nat", "KUBE-SERVICES"), true);
-  assert.equal(LEFTOVERS.ipvs.usesChain?.("filter", "KUBE-SERVICES"), false);
-  assert.equal(LEFTOVERS.iptables.usesChain?.("nat", "KUBE-SVC-XPGD46QRK7WJZT7O"), true);
-  assert.deepEqual(LEFTOVERS.kernelspace.removes, []);
 });

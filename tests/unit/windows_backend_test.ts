@@ -109,7 +109,7 @@ function config() {
 }
 
 function request(plan: Plan, full: boolean): SyncRequest {
-  return { plans: [plan], previous: [], changed: new Set(), full };
+  return { plans: [plan], changed: new Set(), full };
 }
 
 function ids(plan: Plan): string[] {

@@ -310,7 +310,7 @@ Deno.test({
     if (typeof tools === "string") return;
     await run(tools, "L2Bridge", async (backend, state) => {
       const plans = tablePlans(CASES);
-      await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+      await backend.sync({ plans, changed: new Set(), full: true });
       const hcn = await view(state);
       for (const c of CASES) await t.step(c.name, () => c.expect(hcn));
       hcn.assertKept(KEPT);
@@ -322,9 +322,9 @@ Deno.test({
 
       await t.step("a second sync with no change makes no HCN call", async () => {
         await state.write(await state.read());
-        await backend.sync({ plans, previous: plans, changed: new Set(), full: false });
+        await backend.sync({ plans, changed: new Set(), full: false });
         assertEquals(await state.calls(), []);
-        await backend.sync({ plans, previous: plans, changed: new Set(), full: true });
+        await backend.sync({ plans, changed: new Set(), full: true });
         assertEquals(await state.changingCalls(), [], "a full resync without change only reads");
       });
 
@@ -343,7 +343,6 @@ Deno.test({
         await state.write(await state.read());
         await backend.sync({
           plans: next,
-          previous: plans,
           changed: new Set(["default/extip:http/TCP", "default/move:http/TCP"]),
           full: false,
         });
@@ -410,7 +409,7 @@ Deno.test({
           }),
         ]),
       ];
-      await backend.sync({ plans, previous: [], changed: new Set(), full: true });
+      await backend.sync({ plans, changed: new Set(), full: true });
       const hcn = await view(state);
       const pa = (ip: string) => hcn.remote(ip).Policies;
       assertEquals(pa("10.244.2.7"), [{

@@ -281,7 +281,7 @@ Deno.test({
     ];
     const traffic = { endpoints, whenEmpty: "reject" as const, reason: "all ready endpoints" };
     const plans = [planOf([servicePort({ internal: traffic, external: traffic })])];
-    const sync = () => backend.sync({ plans, previous: [], changed: new Set(), full: true });
+    const sync = () => backend.sync({ plans, changed: new Set(), full: true });
     try {
       await rejects(sync(), (error: Error) => {
         ok(error instanceof HnsSyncError, String(error));

@@ -172,7 +172,7 @@ function masqueradeOf(
       }
       : { answer: "no", reason: "externalTrafficPolicy Local: the client's source is preserved" };
   }
-  switch (sp.clusterIPMasquerade) {
+  switch (plan.clusterIPMasquerade) {
     case "all":
       return { answer: "yes", reason: "--masquerade-all" };
     case "none":

@@ -24,7 +24,7 @@ export interface FamilyCounts {
 }
 
 /** How many ids of service ports without endpoints a snapshot lists per family. */
-export const MAX_LISTED_IDS = 20;
+const MAX_LISTED_IDS = 20;
 
 /** Everything the status page shows; built by the shell on each request. */
 export interface StatusSnapshot {

@@ -13,6 +13,7 @@
  * @module
  */
 
+import { joinHostPort } from "../../core/ip.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { getLogger } from "@logtape/logtape";
 import { parse as parseYaml } from "yaml";
@@ -145,7 +146,7 @@ function inClusterConnection(
 ): { server: string; credentials: () => Promise<Credentials> } {
   const host = env("KUBERNETES_SERVICE_HOST") ?? "";
   const port = env("KUBERNETES_SERVICE_PORT") ?? "443";
-  const server = `https://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const server = `https://${joinHostPort(host, port)}`;
   const ca = readText(join(dir, "ca.crt"), "in-cluster CA");
   const token = tokenFileReader(join(dir, "token"), "in-cluster token", now);
   return {

@@ -7,6 +7,7 @@
 
 import type { IpFamily, Protocol } from "../../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** An endpoint on this node (`local`) or another one. */
 export function endpoint(ip: string, port: number, local = false): PlanEndpoint {
@@ -31,31 +32,15 @@ export function traffic(endpoints: PlanEndpoint[], whenEmpty: "reject" | "drop" 
 export function servicePort(
   fields: Partial<ServicePortPlan> & { name: string; namespace?: string; protocol?: Protocol },
 ): ServicePortPlan {
-  const namespace = fields.namespace ?? "default";
-  const protocol = fields.protocol ?? "TCP";
-  const portName = fields.portName ?? "http";
   const endpoints = [endpoint("10.244.1.5", 8080), endpoint("10.244.2.7", 8080)];
-  return {
-    id: `${namespace}/${fields.name}:${portName}/${protocol}`,
-    namespace,
-    portName,
-    protocol,
-    port: 80,
+  return servicePortPlan({
+    portName: "http",
     clusterIPs: ["10.96.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: traffic(endpoints),
     external: traffic(endpoints),
-    externalLocal: false,
-    localReadyEndpoints: 0,
     servingEndpoints: endpoints,
     ...fields,
-  };
+  });
 }
 
 /** A plan for node-a with the given services (sorted by id). */
@@ -67,6 +52,7 @@ export function plan(services: ServicePortPlan[], fields: Partial<Plan> = {}): P
     nodePortAddresses: family === "IPv4" ? ["192.168.0.10"] : ["fd00:1::10"],
     serviceCIDRs: family === "IPv4" ? ["10.96.0.0/16"] : ["fd00:96::/112"],
     localTraffic: { mode: "ClusterCIDR", cidrs: [family === "IPv4" ? "10.244.0.0/16" : "fd00:244::/56"] },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
     ...fields,
   };
@@ -105,6 +91,8 @@ export const GOLDEN_CASES: Record<string, Plan> = {
       nodePort: 30080,
       loadBalancerIPs: ["203.0.113.10"],
       sourceRanges: ["198.51.100.0/24", "192.168.0.0/16"],
+      // The node's 192.168.0.10 is inside a range (the planner decides it).
+      allowFromLoadBalancerIPs: true,
     }),
   ]),
   externalips: plan([servicePort({ name: "web", externalIPs: ["198.51.100.20"] })]),
@@ -159,8 +147,9 @@ export const GOLDEN_CASES: Record<string, Plan> = {
       external: traffic([endpoint("10.244.0.3", 53, true)]),
     }),
   ]),
-  masquerade_all: plan([servicePort({ name: "web", clusterIPMasquerade: "all" })]),
-  masquerade_none: plan([servicePort({ name: "web", clusterIPMasquerade: "none" })], {
+  masquerade_all: plan([servicePort({ name: "web" })], { clusterIPMasquerade: "all" }),
+  masquerade_none: plan([servicePort({ name: "web" })], {
+    clusterIPMasquerade: "none",
     localTraffic: { mode: "None" },
   }),
   masquerade_bridge: plan([servicePort({ name: "web" })], {

@@ -5,9 +5,11 @@
  * @module
  */
 
+import { defaultConfig } from "../../../lib/config/defaults.ts";
 import type { Config } from "../../../lib/config/types.ts";
 import type { IpFamily } from "../../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** Builds an endpoint; local ones run on node-a. */
 export function endpoint(ip: string, port: number, isLocal = false): PlanEndpoint {
@@ -26,28 +28,17 @@ export function endpoint(ip: string, port: number, isLocal = false): PlanEndpoin
 /** Builds a ClusterIP service port with two endpoints (one local); override anything. */
 export function servicePort(overrides: Partial<ServicePortPlan> = {}): ServicePortPlan {
   const endpoints = [endpoint("10.244.1.5", 8080, true), endpoint("10.244.2.7", 8080)];
-  const base: ServicePortPlan = {
+  return servicePortPlan({
     id: "default/web:http/TCP",
-    namespace: "default",
     name: "web",
     portName: "http",
-    protocol: "TCP",
-    port: 80,
     clusterIPs: ["10.96.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
     external: { endpoints, whenEmpty: "reject", reason: "all ready endpoints" },
-    externalLocal: false,
     localReadyEndpoints: 1,
     servingEndpoints: endpoints,
-  };
-  return { ...base, ...overrides };
+    ...overrides,
+  });
 }
 
 /** Wraps service ports in an IPv4 plan of node-a. */
@@ -60,6 +51,7 @@ export function planOf(services: ServicePortPlan[], family: IpFamily = "IPv4"): 
     localTraffic: family === "IPv4"
       ? { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] }
       : { mode: "ClusterCIDR", cidrs: ["fd00:244::/56"] },
+    clusterIPMasquerade: "non-local",
     services: [...services].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
   };
 }
@@ -118,41 +110,11 @@ export const SCENARIOS: Record<string, Plan> = {
 
 /** A complete Config with kube-proxy's defaults, for backend tests. */
 export function testConfig(overrides: Partial<Config> = {}): Config {
-  const periods = { syncPeriodMs: 30000, minSyncPeriodMs: 1000 };
   return {
-    configFile: "",
-    kubeconfig: "",
-    master: "",
-    manifests: "",
-    hostnameOverride: "node-a",
+    ...defaultConfig("node-a"),
     proxyMode: "ipvs",
     clusterCIDRs: ["10.244.0.0/16"],
-    detectLocalMode: "ClusterCIDR",
-    bridgeInterface: "",
-    interfaceNamePrefix: "",
-    nodePortAddresses: ["primary"],
-    masqueradeAll: false,
-    bindAddress: "0.0.0.0",
-    healthzBindAddress: "0.0.0.0:10256",
-    metricsBindAddress: "127.0.0.1:10249",
-    iptables: { ...periods, masqueradeBit: 14, localhostNodePorts: false, backend: "auto" },
-    nftables: { ...periods },
-    ipvs: {
-      ...periods,
-      scheduler: "",
-      strictARP: false,
-      tcpTimeoutMs: 0,
-      tcpFinTimeoutMs: 0,
-      udpTimeoutMs: 0,
-    },
-    winkernel: { sourceVip: "", enableDSR: false, networkName: "" },
-    conntrack: { tcpBeLiberal: false },
     serviceClusterIPRange: ["10.96.0.0/16"],
-    externalIPAllowedCIDRs: [],
-    serviceNodePortRange: { first: 30000, last: 32767 },
-    featureGates: {},
-    cleanup: false,
-    verbosity: 0,
     ...overrides,
   };
 }

@@ -4,15 +4,14 @@
  * @module
  */
 
-import type { IpFamily } from "../../../lib/core/model.ts";
 import {
   emptyPlan,
-  type LocalTrafficDetector,
   type Plan,
   type PlanEndpoint,
   type ServicePortPlan,
   servicePortId,
 } from "../../../lib/core/plan.ts";
+import { servicePortPlan } from "../../../scripts/testbed/plans.ts";
 
 /** An endpoint; `ip` is required, the rest defaults to a ready remote endpoint. */
 export function endpoint(ip: string, overrides: Partial<PlanEndpoint> = {}): PlanEndpoint {
@@ -35,37 +34,23 @@ export function servicePort(
   name: string,
   overrides: Partial<ServicePortPlan> = {},
 ): ServicePortPlan {
-  const protocol = overrides.protocol ?? "TCP";
-  const portName = overrides.portName ?? "http";
   const endpoints = [endpoint("10.180.0.1"), endpoint("10.180.0.2")];
-  return {
-    id: servicePortId(namespace, name, portName, protocol),
+  return servicePortPlan({
     namespace,
     name,
-    portName,
-    protocol,
-    port: 80,
+    portName: "http",
     clusterIPs: ["172.30.0.10"],
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    sourceRanges: [],
-    healthCheckNodePort: 0,
-    affinityTimeoutSeconds: 0,
-    clusterIPMasquerade: "non-local",
     internal: { endpoints, whenEmpty: "reject", reason: "cluster" },
     external: { endpoints, whenEmpty: "reject", reason: "cluster" },
-    externalLocal: false,
-    localReadyEndpoints: 0,
     servingEndpoints: endpoints,
     ...overrides,
-  };
+  });
 }
 
 /** A plan around some service ports (sorted by id here). */
 export function plan(
   services: ServicePortPlan[],
-  options: { family?: IpFamily; localTraffic?: LocalTrafficDetector } = {},
+  options: Partial<Pick<Plan, "family" | "localTraffic" | "clusterIPMasquerade">> = {},
 ): Plan {
   const family = options.family ?? "IPv4";
   const v4 = family === "IPv4";
@@ -74,6 +59,7 @@ export function plan(
     nodePortAddresses: [v4 ? "192.168.0.2" : "fd00::2"],
     serviceCIDRs: [v4 ? "172.30.0.0/16" : "fd00:10:96::/112"],
     localTraffic: options.localTraffic ?? { mode: "ClusterCIDR", cidrs: [v4 ? "10.0.0.0/8" : "fd00:10::/64"] },
+    clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     services: [...services].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
   };
 }
@@ -163,8 +149,9 @@ export const GOLDEN_PLANS: Record<string, Plan> = {
       external: { endpoints: [endpoint("fd00:10::1"), endpoint("fd00:10::2")], whenEmpty: "reject", reason: "" },
     }),
   ], { family: "IPv6" }),
-  "masquerade-all": plan([servicePort("ns1", "all", { clusterIPMasquerade: "all" })]),
-  "masquerade-none": plan([servicePort("ns1", "none", { clusterIPMasquerade: "none" })], {
+  "masquerade-all": plan([servicePort("ns1", "all")], { clusterIPMasquerade: "all" }),
+  "masquerade-none": plan([servicePort("ns1", "none")], {
+    clusterIPMasquerade: "none",
     localTraffic: { mode: "None" },
   }),
   "detect-node-cidr": plan([servicePort("ns1", "nc", { nodePort: 30088, externalLocal: true })], {
