@@ -223,6 +223,7 @@ export function plannerOptionsFrom(config: Config, localAddresses: string[]): Pl
     serviceClusterIPRange: config.serviceClusterIPRange,
     externalIPAllowedCIDRs: config.externalIPAllowedCIDRs,
     featureGates: config.featureGates,
+    serviceCounters: config.serviceCounters,
   };
 }
 
