@@ -30,6 +30,8 @@ import { DEFAULT_TABLE, nftFamily, type RenderOptions, tableRef } from "./contex
 import { renderIncremental } from "./incremental.ts";
 import type { TableRef, Transaction } from "./transaction.ts";
 import { nftServiceOf, parseNftListing } from "./listing.ts";
+import { LIST_COUNTERS, nftCounterSamples, parseCounterListing } from "./counters.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);
 
@@ -113,6 +115,15 @@ class NftablesBackend implements Backend {
       generation,
       dropInvalid: !this.#config.conntrack.tcpBeLiberal,
     };
+  }
+
+  async readServiceCounters(): Promise<ServiceCounterSample[]> {
+    if (![...this.#applied.values()].some((plan) => plan.serviceCounters === true)) return [];
+    const listed = await runChecked(this.#executor, LIST_COUNTERS);
+    return nftCounterSamples(
+      this.#applied.values(),
+      parseCounterListing(listed.stdout, this.#table),
+    );
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {

@@ -67,6 +67,8 @@ export interface Context {
   localMatches: string[];
   /** Matches traffic NOT from local pods (all conditions in one rule), or undefined. */
   nonLocalMatch?: string;
+  /** `Plan.serviceCounters`: the table holds the counter maps and their rules. */
+  counters: boolean;
 }
 
 export function context(plan: Plan, options: RenderOptions): Context {
@@ -120,6 +122,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     markSet,
     localMatches,
     nonLocalMatch: negatives.length > 0 ? negatives.join(" ") : undefined,
+    counters: plan.serviceCounters === true,
   };
 }
 

@@ -96,6 +96,7 @@ export function skeleton(
       comment: "endpoint . endpoint: DNATed back to its own source",
     }),
   ];
+  if (ctx.counters) sets.push(...counterMaps(ctx));
   const ctNew = "ct state new";
   const chains: BaseChain[] = [
     {
@@ -189,7 +190,54 @@ export function skeleton(
       ],
     },
   ];
+  if (ctx.counters) addCounterRules(ctx, chains);
   return { sets, chains };
+}
+
+/** The maps from a dispatch key to a service port's counter (`Plan.serviceCounters`). */
+export const COUNTER_MAPS = {
+  connections: "connection-counters",
+  nodePortConnections: "nodeport-connection-counters",
+  refusals: "refusal-counters",
+  nodePortRefusals: "nodeport-refusal-counters",
+  firewall: "firewall-counters",
+} as const;
+
+function counterMaps(ctx: Context): NftSet[] {
+  const tuple = `${ctx.addrType} . inet_proto . inet_service`;
+  const nodePort = "inet_proto . inet_service";
+  const map = (name: string, type: string, comment: string) =>
+    new NftSet({ name, type, dataType: "counter", comment });
+  return [
+    map(COUNTER_MAPS.connections, tuple, "connections dispatched, by service address"),
+    map(COUNTER_MAPS.nodePortConnections, nodePort, "connections dispatched, by node port"),
+    map(COUNTER_MAPS.refusals, tuple, "refused for no endpoints, by service address"),
+    map(COUNTER_MAPS.nodePortRefusals, nodePort, "refused for no endpoints, by node port"),
+    map(COUNTER_MAPS.firewall, tuple, "refused by loadBalancerSourceRanges"),
+  ];
+}
+
+/**
+ * One counting rule ahead of each dispatch or refusal rule: it names the
+ * service port's counter through a map, so no rule is added per service. A
+ * key missing from the map ends that rule only, and the packet goes on.
+ */
+function addCounterRules(ctx: Context, chains: BaseChain[]): void {
+  const { ipx } = ctx;
+  const tuple = `${ipx} daddr . meta l4proto . th dport`;
+  const nodePort = `${ipx} daddr @nodeport-ips counter name meta l4proto . th dport map`;
+  const first: Record<string, string[]> = {
+    "services": [
+      `counter name ${tuple} map @${COUNTER_MAPS.connections}`,
+      `${nodePort} @${COUNTER_MAPS.nodePortConnections}`,
+    ],
+    "service-endpoints-check": [`counter name ${tuple} map @${COUNTER_MAPS.refusals}`],
+    "nodeport-endpoints-check": [`${nodePort} @${COUNTER_MAPS.nodePortRefusals}`],
+    "firewall-check": [
+      `${tuple} . ${ipx} saddr != @firewall-allow counter name ${tuple} map @${COUNTER_MAPS.firewall}`,
+    ],
+  };
+  for (const chain of chains) chain.rules.unshift(...(first[chain.name] ?? []));
 }
 
 /**

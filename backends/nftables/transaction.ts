@@ -140,6 +140,20 @@ export class Rule implements NftObject {
   }
 }
 
+/** A named `counter` object (packets and bytes), read with `nft list counters`. */
+export class NftCounter implements NftObject {
+  constructor(readonly options: { name: string }) {}
+
+  validate(verb: Verb): string | undefined {
+    if (verb === "flush") return "Cannot flush a counter: delete it instead";
+    return checkName("counter", this.options.name);
+  }
+
+  write(verb: Verb, where: TableRef): string {
+    return `${verb} counter ${where.family} ${where.table} ${this.options.name}`;
+  }
+}
+
 /** A named set or map. */
 export interface SetOptions {
   name: string;

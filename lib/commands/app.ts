@@ -29,6 +29,7 @@ import type { HttpServer } from "../shell/http_server.ts";
 import { ConnectionLimit } from "../shell/connection_limit.ts";
 import { setupLogging } from "../shell/log.ts";
 import { ProxyMetrics } from "../shell/metrics.ts";
+import { collectServiceCounters, ServiceCounterReader } from "../shell/service_counters.ts";
 import { startMetricsServer } from "../shell/servers.ts";
 import { MODE_PROGRAMS } from "../shell/permissions.ts";
 import type { NodePlans } from "../core/plan.ts";
@@ -295,6 +296,10 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const { syncPeriodMs, minSyncPeriodMs } = effectiveSyncPeriods(config);
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics();
+  const counters = config.serviceCounters && backend.readServiceCounters !== undefined
+    ? new ServiceCounterReader({ read: () => backend.readServiceCounters!(), clock: systemClock })
+    : undefined;
+  if (counters !== undefined) metrics.registry.collector(() => collectServiceCounters(counters));
   // One cap over every server: a flood of one cannot take the descriptors the others need.
   const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({

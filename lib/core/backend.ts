@@ -9,6 +9,7 @@
 
 import type { Command } from "./executor.ts";
 import type { Plan } from "./plan.ts";
+import type { ServiceCounterSample } from "./service_counters.ts";
 
 /** What the runner hands a backend on each sync. */
 export interface SyncRequest {
@@ -68,6 +69,11 @@ export interface Backend {
    * nothing else: never a whole table or IPVS state it did not create.
    */
   cleanup(options?: CleanupOptions): Promise<void>;
+  /**
+   * Reads the per-Service-port counters of the last applied plans in one
+   * kernel read (`Plan.serviceCounters`); absent in modes that keep none.
+   */
+  readServiceCounters?(): Promise<ServiceCounterSample[]>;
   /** For `kproxy diff`: how to load these plans in full, and how to list what is loaded. */
   inspect?(plans: Plan[]): KernelInspection;
 }

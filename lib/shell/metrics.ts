@@ -244,6 +244,18 @@ export class Histogram extends Metric<HistogramSeries> {
 /** A set of metrics exposed together. */
 export class Registry {
   readonly #metrics = new Map<string, Metric<unknown>>();
+  readonly #collectors: (() => Promise<string>)[] = [];
+
+  /** Adds exposition text made at scrape time (e.g. kernel counters, lib/shell/service_counters.ts). */
+  collector(collect: () => Promise<string>): void {
+    this.#collectors.push(collect);
+  }
+
+  /** {@linkcode Registry.expose} followed by every collector's text. */
+  async scrape(): Promise<string> {
+    const collected = await Promise.all(this.#collectors.map((collect) => collect()));
+    return this.expose() + collected.join("");
+  }
 
   /** Registers and returns a counter. */
   counter(options: MetricOptions): Counter {

@@ -184,10 +184,10 @@ export function startMetricsServer(options: MetricsServerOptions): HttpServer {
     port,
     signal,
     connections,
-    handler: (request) => {
+    handler: async (request) => {
       const { pathname } = new URL(request.url);
       if (pathname === "/metrics") {
-        return new Response(options.registry.expose(), {
+        return new Response(await options.registry.scrape(), {
           headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
         });
       }

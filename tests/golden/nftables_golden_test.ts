@@ -9,7 +9,14 @@ import { renderFull } from "../../backends/nftables/render.ts";
 import { parseCanaryGeneration } from "../../backends/nftables/skeleton.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import type { ServicePortPlan } from "../../lib/core/plan.ts";
-import { endpoint, GOLDEN_PLANS, incrementalCase, plan, servicePort } from "./nftables/fixtures.ts";
+import {
+  endpoint,
+  GOLDEN_PLANS,
+  incrementalCase,
+  plan as planOf,
+  servicePort,
+  withCounters,
+} from "./nftables/fixtures.ts";
 import { nftUnavailable, withNftNamespace } from "./nftables/nft_check.ts";
 
 const DIR = new URL("./nftables/", import.meta.url);
@@ -79,10 +86,13 @@ Deno.test({
   },
 });
 
+for (const counters of [false, true]) {
 Deno.test({
-  name: "renderIncremental() sequences apply cleanly over real nft",
+  name: `renderIncremental() sequences apply cleanly over real nft${counters ? " with counters" : ""}`,
   ignore: noNft !== undefined,
   fn: async (t) => {
+    const plan = (services: ServicePortPlan[]) =>
+      planOf(counters ? services.map(withCounters) : services, { counters });
     const base = servicePort("ns1", "seq", {
       affinityTimeoutSeconds: 60,
       nodePort: 30200,
@@ -130,6 +140,11 @@ Deno.test({
         const inFull = new Set(expected.match(new RegExp(`\\b${name}[^\\s,:]+`, "g")));
         assert.deepEqual([...inKernel].sort(), [...inFull].sort(), `${name} objects match a full render`);
       }
+      const counterNames = (text: string) => [...text.matchAll(/counter (?:ip kproxy )?([^\s{]+-[^\s{]+)/g)].map((m) => m[1]).sort();
+      const listed = (await ns.nft(["list", "counters", "table", "ip", "kproxy"])).stdout;
+      assert.deepEqual(counterNames(listed), counterNames(expected), "counters match a full render");
+      if (counters) assert.notDeepEqual(counterNames(listed), []);
     });
   },
 });
+}

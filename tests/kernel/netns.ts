@@ -110,6 +110,7 @@ export function testConfig(options: TestConfigOptions = {}): Config {
     serviceClusterIPRange: ["10.96.0.0/16", "fd00:96::/112"],
     externalIPAllowedCIDRs: [],
     serviceNodePortRange: { first: 30000, last: 32767 },
+    serviceCounters: true,
     featureGates: {},
     cleanup: false,
     verbosity: 0,

@@ -150,6 +150,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     serviceClusterIPRange: ["10.96.0.0/16"],
     externalIPAllowedCIDRs: [],
     serviceNodePortRange: { first: 30000, last: 32767 },
+    serviceCounters: true,
     featureGates: {},
     cleanup: false,
     verbosity: 0,

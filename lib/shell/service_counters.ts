@@ -1,0 +1,165 @@
+/**
+ * The per-Service-port traffic counters at scrape time: one kernel read per
+ * `maxAgeMs` whoever asks (/metrics, /statusz), concurrent callers share it,
+ * and the exposition of `kproxy_service_connections_total` and
+ * `kproxy_service_refused_packets_total`. A counter whose Service is gone is
+ * not in the backend's reading, so its series disappears.
+ *
+ * @module
+ */
+
+import { getLogger } from "@logtape/logtape";
+import type { Clock } from "../core/clock.ts";
+import type { ServiceCounterSample } from "../core/service_counters.ts";
+
+const logger = getLogger(["kproxy", "counters"]);
+
+/** Options of {@linkcode ServiceCounterReader}. */
+export interface ServiceCounterReaderOptions {
+  /** One kernel read of every counter (`Backend.readServiceCounters`). */
+  read: () => Promise<ServiceCounterSample[]>;
+  clock: Pick<Clock, "now">;
+  /** How long a reading is reused: about one scrape interval. @default {5000} */
+  maxAgeMs?: number;
+  /** How far back rates are computed. @default {60000} */
+  windowMs?: number;
+}
+
+/** A service port's connection rate and refused packets over the window, for /statusz. */
+export interface ServiceTraffic {
+  /** `namespace/name:port/protocol ip_family`. */
+  key: string;
+  connectionsPerSecond: number;
+  refusedPackets: number;
+}
+
+interface Reading {
+  at: number;
+  samples: ServiceCounterSample[];
+}
+
+/** Reads the counters at most once per `maxAgeMs` and keeps the readings of the last window. */
+export class ServiceCounterReader {
+  readonly #options: Required<ServiceCounterReaderOptions>;
+  #readings: Reading[] = [];
+  #pending?: Promise<ServiceCounterSample[]>;
+
+  constructor(options: ServiceCounterReaderOptions) {
+    this.#options = { maxAgeMs: 5_000, windowMs: 60_000, ...options };
+  }
+
+  /** The current samples: the last reading when fresh, else one new kernel read. */
+  samples(): Promise<ServiceCounterSample[]> {
+    const last = this.#readings.at(-1);
+    if (last !== undefined && this.#options.clock.now() - last.at < this.#options.maxAgeMs) {
+      return Promise.resolve(last.samples);
+    }
+    this.#pending ??= this.#read().finally(() => (this.#pending = undefined));
+    return this.#pending;
+  }
+
+  async #read(): Promise<ServiceCounterSample[]> {
+    const samples = await this.#options.read();
+    const at = this.#options.clock.now();
+    this.#readings.push({ at, samples });
+    const oldest = at - this.#options.windowMs;
+    // Keep one reading at or before the window's start, to measure over the whole window.
+    while (this.#readings.length > 2 && this.#readings[1]!.at <= oldest) this.#readings.shift();
+    return samples;
+  }
+
+  /**
+   * Connection rates and refused packets between the oldest and the newest
+   * reading of the window, highest first, from readings already taken.
+   */
+  traffic(): ServiceTraffic[] {
+    const first = this.#readings[0];
+    const last = this.#readings.at(-1);
+    if (first === undefined || last === undefined || last === first) return [];
+    const seconds = (last.at - first.at) / 1000;
+    const before = totals(first.samples);
+    return [...totals(last.samples)].map(([key, now]) => {
+      const then = before.get(key);
+      // A counter re-created since the first reading starts from zero.
+      const delta = (a: number, b = 0) => (a >= b ? a - b : a);
+      return {
+        key,
+        connectionsPerSecond: delta(now.connections, then?.connections) / seconds,
+        refusedPackets: delta(now.refused, then?.refused),
+      };
+    });
+  }
+}
+
+function trafficKey(sample: ServiceCounterSample): string {
+  const { namespace, name, protocol } = sample.service;
+  return `${namespace}/${name}:${portLabel(sample)}/${protocol} ${sample.family}`;
+}
+
+function totals(
+  samples: ServiceCounterSample[],
+): Map<string, { connections: number; refused: number }> {
+  const found = new Map<string, { connections: number; refused: number }>();
+  for (const sample of samples) {
+    const key = trafficKey(sample);
+    let entry = found.get(key);
+    if (entry === undefined) found.set(key, entry = { connections: 0, refused: 0 });
+    if (sample.counter === "connections") entry.connections += sample.packets;
+    else entry.refused += sample.packets;
+  }
+  return found;
+}
+
+/** The `port` label: the port's name, or its number when it has none. */
+export function portLabel(sample: ServiceCounterSample): string {
+  return sample.service.portName === "" ? String(sample.service.port) : sample.service.portName;
+}
+
+function escapeLabel(value: string): string {
+  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+}
+
+const CONNECTIONS = "kproxy_service_connections_total";
+const REFUSED = "kproxy_service_refused_packets_total";
+
+/**
+ * The Prometheus text of the two counter metrics (HELP and TYPE even with no
+ * sample), sorted by labels.
+ */
+export function exposeServiceCounters(samples: readonly ServiceCounterSample[]): string {
+  const connections: string[] = [];
+  const refused: string[] = [];
+  for (const sample of samples) {
+    const labels = [
+      `namespace="${escapeLabel(sample.service.namespace)}"`,
+      `service="${escapeLabel(sample.service.name)}"`,
+      `port="${escapeLabel(portLabel(sample))}"`,
+      `protocol="${sample.service.protocol}"`,
+      `ip_family="${sample.family}"`,
+    ];
+    if (sample.counter === "connections") {
+      connections.push(`${CONNECTIONS}{${labels.join(",")}} ${sample.packets}`);
+    } else {
+      labels.push(`reason="${sample.counter}"`);
+      refused.push(`${REFUSED}{${labels.join(",")}} ${sample.packets}`);
+    }
+  }
+  return [
+    `# HELP ${CONNECTIONS} Connections kproxy's rules sent to an endpoint of the Service port`,
+    `# TYPE ${CONNECTIONS} counter`,
+    ...connections.sort(),
+    `# HELP ${REFUSED} Packets to the Service port that kproxy's rules refused, by reason`,
+    `# TYPE ${REFUSED} counter`,
+    ...refused.sort(),
+  ].join("\n") + "\n";
+}
+
+/** The scrape-time text of the counters; nothing (and a warning) when the kernel read fails. */
+export async function collectServiceCounters(reader: ServiceCounterReader): Promise<string> {
+  try {
+    return exposeServiceCounters(await reader.samples());
+  } catch (error) {
+    logger.warn("Cannot read the service counters: {error}", { error });
+    return "";
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * Per-Service-port traffic counters with real traffic (issue 28): connections
+ * to a cluster IP, a node port and a load-balancer IP, refusals for no
+ * endpoints and for a source range, counts kept across an unrelated sync,
+ * series gone with their Service, and no counter at all with the feature off.
+ */
+
+import assert from "node:assert/strict";
+import type { Backend } from "../../lib/core/backend.ts";
+import type { Plan } from "../../lib/core/plan.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
+import { exposeServiceCounters } from "../../lib/shell/service_counters.ts";
+import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import { plannedFromObjects } from "./cases.ts";
+import {
+  ADDRESSES as A,
+  createTestTopology,
+  kernelSkipReason,
+  NetnsExecutor,
+  type Topology,
+} from "./netns.ts";
+import { testConfig } from "./netns.ts";
+import { TARGET_PORT } from "../../scripts/testbed/plans.ts";
+
+const skipReason = await kernelSkipReason(["nft", "conntrack"]);
+
+const N = 4;
+const WEB = { clusterIP: "10.96.1.40", nodePort: 30140, lbIP: "10.204.0.40" };
+const OTHER_IP = "10.96.1.41";
+const EMPTY_IP = "10.96.1.42";
+
+interface Objects {
+  web?: boolean;
+  otherEndpoints: number;
+}
+
+function objects(t: Topology, spec: Objects): Record<string, unknown>[] {
+  const slice = (name: string, pods: number[]) => ({
+    kind: "EndpointSlice",
+    metadata: {
+      namespace: "kernel",
+      name: `${name}-1`,
+      labels: { "kubernetes.io/service-name": name },
+    },
+    addressType: "IPv4",
+    ports: [{ name: "http", port: TARGET_PORT }],
+    endpoints: pods.map((i) => ({ addresses: [t.pods[i]!.ipv4], nodeName: "node-a" })),
+  });
+  const service = (name: string, spec: Record<string, unknown>, status = {}) => ({
+    kind: "Service",
+    metadata: { namespace: "kernel", name },
+    spec: { ports: [{ name: "http", port: 80, targetPort: TARGET_PORT }], ...spec },
+    status,
+  });
+  const list: Record<string, unknown>[] = [
+    service("other", { clusterIP: OTHER_IP }),
+    slice("other", spec.otherEndpoints === 1 ? [1] : [1, 2]),
+    service("empty", { clusterIP: EMPTY_IP }),
+  ];
+  if (spec.web !== false) {
+    list.push(
+      service("web", {
+        type: "LoadBalancer",
+        clusterIP: WEB.clusterIP,
+        ports: [{ name: "http", port: 80, targetPort: TARGET_PORT, nodePort: WEB.nodePort }],
+        loadBalancerSourceRanges: [`${A.clientV4}/32`],
+      }, { loadBalancer: { ingress: [{ ip: WEB.lbIP }] } }),
+      slice("web", [0]),
+    );
+  }
+  return list;
+}
+
+/** Packets of one counter of one Service's IPv4 port, undefined when it has no such series. */
+function value(samples: ServiceCounterSample[], service: string, counter: string) {
+  return samples.find((s) =>
+    s.service.name === service && s.family === "IPv4" && s.counter === counter
+  )?.packets;
+}
+
+async function runCounterCases(
+  t: Deno.TestContext,
+  options: { topology: Topology; backend: Backend; listRules: () => Promise<string> },
+): Promise<void> {
+  const { topology, backend } = options;
+  let previous: Plan[] = [];
+  const sync = async (plans: Plan[], changed?: string[]) => {
+    await backend.sync({
+      plans,
+      previous,
+      changed: new Set(changed ?? plans.flatMap((p) => p.services.map((s) => s.id))),
+      full: changed === undefined,
+    });
+    previous = plans;
+  };
+  const read = () => backend.readServiceCounters!();
+  const tcp = (ip: string, port = 80, sourceIp?: string, timeoutMs?: number) => ({
+    protocol: "TCP" as const,
+    ip,
+    port,
+    ...(sourceIp === undefined ? {} : { sourceIp }),
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+  });
+  const send = async (spec: ReturnType<typeof tcp>, count: number) => {
+    const replies = await topology.requests(topology.client, Array(count).fill(spec));
+    return replies;
+  };
+  const on = { serviceCounters: true };
+  const webId = "kernel/web:http/TCP";
+
+  await sync(plannedFromObjects(objects(topology, { otherEndpoints: 1 }), on));
+  const start = await read();
+  assert.equal(value(start, "web", "connections"), 0);
+  assert.equal(value(start, "other", "connections"), 0);
+  assert.equal(value(start, "web", "no-local-endpoints"), undefined, "Cluster policy: none");
+
+  await t.step(
+    "N connections to a cluster IP, a node port, a load-balancer IP count N",
+    async () => {
+      const targets = [
+        tcp(WEB.clusterIP),
+        tcp(A.nodeV4, WEB.nodePort),
+        tcp(WEB.lbIP),
+      ];
+      let expected = 0;
+      for (const target of targets) {
+        const replies = await send(target, N);
+        assert.ok(
+          replies.every((r) => r.ok),
+          `${target.ip}:${target.port}: ${JSON.stringify(replies)}`,
+        );
+        expected += N;
+        const samples = await read();
+        assert.equal(value(samples, "web", "connections"), expected, `${target.ip}:${target.port}`);
+        assert.equal(value(samples, "other", "connections"), 0, "no other Service counts it");
+        assert.equal(value(samples, "empty", "connections"), 0);
+        for (const sample of samples.filter((s) => s.counter !== "connections")) {
+          assert.equal(sample.packets, 0, `${sample.service.id} ${sample.counter}`);
+        }
+      }
+    },
+  );
+
+  await t.step(
+    'a Service with no endpoints counts refusals with reason "no-endpoints"',
+    async () => {
+      const replies = await send(tcp(EMPTY_IP), 3);
+      assert.ok(replies.every((r) => !r.ok && r.error === "refused"), JSON.stringify(replies));
+      const samples = await read();
+      assert.equal(value(samples, "empty", "no-endpoints"), 3);
+      assert.equal(value(samples, "web", "no-endpoints"), 0);
+      const text = exposeServiceCounters(samples);
+      assert.match(
+        text,
+        /kproxy_service_refused_packets_total\{namespace="kernel",service="empty",port="http",protocol="TCP",ip_family="IPv4",reason="no-endpoints"\} 3/,
+      );
+    },
+  );
+
+  await t.step('a source-range refusal counts with reason "source-range"', async () => {
+    const replies = await send(tcp(WEB.lbIP, 80, A.clientV4Other, 700), 2);
+    assert.ok(replies.every((r) => !r.ok && r.error === "timeout"), JSON.stringify(replies));
+    const samples = await read();
+    const refused = value(samples, "web", "source-range") ?? 0;
+    assert.ok(refused >= 2, `source-range refusals: ${refused}`);
+    assert.equal(value(samples, "web", "connections"), 3 * N, "a refused packet is no connection");
+  });
+
+  await t.step("an unrelated sync leaves the counts untouched", async () => {
+    const before = await read();
+    await sync(plannedFromObjects(objects(topology, { otherEndpoints: 2 }), on), [
+      "kernel/other:http/TCP",
+    ]);
+    const after = await read();
+    assert.deepEqual(after, before);
+  });
+
+  await t.step("a deleted Service's series are gone", async () => {
+    await sync(plannedFromObjects(objects(topology, { web: false, otherEndpoints: 2 }), on), [
+      webId,
+    ]);
+    const samples = await read();
+    assert.equal(samples.filter((s) => s.service.name === "web").length, 0);
+    assert.doesNotMatch(await options.listRules(), /kernel\/web/);
+    assert.ok(samples.some((s) => s.service.name === "other"));
+  });
+
+  await t.step("with the feature off, no counter is in the ruleset", async () => {
+    await sync(plannedFromObjects(objects(topology, { otherEndpoints: 2 }), {
+      serviceCounters: false,
+    }));
+    assert.deepEqual(await read(), []);
+    const rules = await options.listRules();
+    assert.doesNotMatch(rules, /counter/);
+    assert.ok(rules.length > 0);
+  });
+}
+
+Deno.test({
+  name: "nftables service counters count real traffic per Service port",
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn(t) {
+    const topology = await createTestTopology();
+    try {
+      const node = new NetnsExecutor({ namespace: topology.node });
+      const backend = createNftablesBackend({
+        executor: node,
+        config: testConfig({ proxyMode: "nftables" }),
+        families: ["IPv4", "IPv6"],
+      });
+      const listRules = async () =>
+        (await node.run({ program: "nft", args: ["list", "ruleset"] })).stdout;
+      await runCounterCases(t, { topology, backend, listRules });
+    } finally {
+      await topology.destroy();
+    }
+  },
+});
