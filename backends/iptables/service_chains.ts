@@ -9,6 +9,7 @@ import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts
 import { cidrContains } from "../../lib/core/ip.ts";
 import { Chains } from "./chains.ts";
 import { serviceLayout } from "./layout.ts";
+import { nfacctMatch } from "./counters.ts";
 import { endpointChainName, endpointString } from "./names.ts";
 import { type ChainRules, comment, dest, ifLocal, ifNotLocal } from "./rules.ts";
 
@@ -45,7 +46,7 @@ export function renderServiceChains(
   plan: Plan,
   largeCluster = false,
 ): ChainRules {
-  const layout = serviceLayout(service);
+  const layout = serviceLayout(service, plan);
   const endpointComment = largeCluster ? () => [] : comment;
   const chains: ChainRules = new Map();
   if (!layout.hasEndpoints) return chains;
@@ -192,6 +193,7 @@ export function renderServiceChains(
         layout.protocol,
         "-p",
         layout.protocol,
+        ...nfacctMatch(layout.counters.get("connections")),
         "-j",
         "DNAT",
         "--to-destination",

@@ -36,6 +36,7 @@ export const MODE_PROGRAMS: Readonly<Record<ProxyMode, readonly string[]>> = {
     "ip6tables-legacy-restore",
     "sysctl",
     "conntrack",
+    "nfacct",
   ],
   ipvs: [
     "ipvsadm",

@@ -11,6 +11,7 @@ import type { Plan } from "../../lib/core/plan.ts";
 import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import { exposeServiceCounters } from "../../lib/shell/service_counters.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
 import { plannedFromObjects } from "./cases.ts";
 import {
   ADDRESSES as A,
@@ -23,6 +24,7 @@ import { testConfig } from "./netns.ts";
 import { TARGET_PORT } from "../../scripts/testbed/plans.ts";
 
 const skipReason = await kernelSkipReason(["nft", "conntrack"]);
+const iptablesSkip = await kernelSkipReason(["iptables-nft", "iptables-legacy", "nfacct"]);
 
 const N = 4;
 const WEB = { clusterIP: "10.96.1.40", nodePort: 30140, lbIP: "10.204.0.40" };
@@ -80,7 +82,13 @@ function value(samples: ServiceCounterSample[], service: string, counter: string
 
 async function runCounterCases(
   t: Deno.TestContext,
-  options: { topology: Topology; backend: Backend; listRules: () => Promise<string> },
+  options: {
+    topology: Topology;
+    backend: Backend;
+    listRules: () => Promise<string>;
+    /** The names of the counter objects in the node's kernel. */
+    listCounters: () => Promise<string[]>;
+  },
 ): Promise<void> {
   const { topology, backend } = options;
   let previous: Plan[] = [];
@@ -176,9 +184,12 @@ async function runCounterCases(
   });
 
   await t.step("a deleted Service's series are gone", async () => {
+    const counters = (await options.listCounters()).length;
     await sync(plannedFromObjects(objects(topology, { web: false, otherEndpoints: 2 }), on), [
       webId,
     ]);
+    const webCounters = ["connections", "no-endpoints", "source-range"].length;
+    assert.equal((await options.listCounters()).length, counters - webCounters);
     const samples = await read();
     assert.equal(samples.filter((s) => s.service.name === "web").length, 0);
     assert.doesNotMatch(await options.listRules(), /kernel\/web/);
@@ -190,6 +201,7 @@ async function runCounterCases(
       serviceCounters: false,
     }));
     assert.deepEqual(await read(), []);
+    assert.deepEqual(await options.listCounters(), []);
     const rules = await options.listRules();
     assert.doesNotMatch(rules, /counter/);
     assert.ok(rules.length > 0);
@@ -212,9 +224,56 @@ Deno.test({
       });
       const listRules = async () =>
         (await node.run({ program: "nft", args: ["list", "ruleset"] })).stdout;
-      await runCounterCases(t, { topology, backend, listRules });
+      const listCounters = async () => {
+        const listed = await node.run({ program: "nft", args: ["list", "counters"] });
+        return [...listed.stdout.matchAll(/^\s*counter (\S+) \{/gm)].map((m) => m[1]!);
+      };
+      await runCounterCases(t, { topology, backend, listRules, listCounters });
     } finally {
       await topology.destroy();
     }
   },
 });
+
+for (const variant of ["nft", "legacy"] as const) {
+  Deno.test({
+    name: `iptables (${variant}) service counters count real traffic per Service port`,
+    ignore: skipReason !== undefined || iptablesSkip !== undefined,
+    sanitizeOps: false,
+    sanitizeResources: false,
+    async fn(t) {
+      const topology = await createTestTopology();
+      const node = new NetnsExecutor({ namespace: topology.node });
+      const backend = createIptablesBackend({
+        executor: node,
+        config: testConfig({ proxyMode: "iptables", iptablesBackend: variant }),
+        families: ["IPv4", "IPv6"],
+      });
+      try {
+        const listRules = async () => {
+          let text = "";
+          for (const table of ["nat", "filter"]) {
+            const saved = await node.run({
+              program: `iptables-${variant}-save`,
+              args: ["-t", table],
+            });
+            text += saved.stdout;
+          }
+          return text;
+        };
+        const listCounters = async () => {
+          const listed = await node.run({ program: "nfacct", args: ["list"] });
+          return [...listed.stdout.matchAll(/ = (KP-\S+);$/gm)].map((m) => m[1]!);
+        };
+        await runCounterCases(t, { topology, backend, listRules, listCounters });
+        await t.step("cleanup deletes kproxy's nfacct objects", async () => {
+          await backend.cleanup();
+          const listed = (await node.run({ program: "nfacct", args: ["list"] })).stdout;
+          assert.doesNotMatch(listed, /KP-/);
+        });
+      } finally {
+        await topology.destroy();
+      }
+    },
+  });
+}
