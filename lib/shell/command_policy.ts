@@ -228,7 +228,7 @@ const ipsetRule: ProgramRule = (args) => {
 
 const ipvsadmRule: ProgramRule = (args) => {
   const text = args.join(" ");
-  if (["-Ln", "-Sn", "--restore", "-R"].includes(text)) return OK;
+  if (["-Ln", "-Sn", "--restore", "-R", "-Ln --stats --exact"].includes(text)) return OK;
   if (args[0] === "--set" && args.length === 4 && args.slice(1).every((n) => NUMBER.test(n))) {
     return OK;
   }

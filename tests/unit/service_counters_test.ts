@@ -1,0 +1,229 @@
+import assert from "node:assert/strict";
+import { nftCounterSamples, parseCounterListing } from "../../backends/nftables/counters.ts";
+import {
+  isFamilyNfacct,
+  nfacctName,
+  nfacctRestoreInput,
+  nfacctSamples,
+  parseNfacctList,
+} from "../../backends/iptables/counters.ts";
+import { ipvsSamples, parseIpvsStats } from "../../backends/ipvs/stats.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
+import { exposeServiceCounters, ServiceCounterReader } from "../../lib/shell/service_counters.ts";
+import { Registry } from "../../lib/shell/metrics.ts";
+import { commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
+import { plan, servicePort } from "../golden/nftables/fixtures.ts";
+
+const web = servicePort("ns1", "web", {
+  nodePort: 30080,
+  counters: ["connections", "no-endpoints"],
+});
+const unnamed = servicePort("ns1", "dns", {
+  portName: "",
+  protocol: "UDP",
+  port: 53,
+  clusterIPs: ["172.30.0.53"],
+  counters: ["connections", "no-endpoints"],
+});
+const counted = plan([web, unnamed], { counters: true });
+
+Deno.test("parseCounterListing() reads the packets of one table's counters", () => {
+  const json = JSON.stringify({
+    nftables: [
+      { metainfo: { version: "1.0.6" } },
+      {
+        counter: {
+          family: "ip",
+          name: "conn-ns1/web/tcp/http",
+          table: "kproxy",
+          packets: 7,
+          bytes: 420,
+        },
+      },
+      {
+        counter: {
+          family: "ip6",
+          name: "conn-ns1/web/tcp/http",
+          table: "kproxy",
+          packets: 2,
+          bytes: 1,
+        },
+      },
+      {
+        counter: {
+          family: "ip",
+          name: "conn-ns1/web/tcp/http",
+          table: "other",
+          packets: 99,
+          bytes: 1,
+        },
+      },
+    ],
+  });
+  const packets = parseCounterListing(json, "kproxy");
+  assert.deepEqual(
+    [...packets],
+    [["ip conn-ns1/web/tcp/http", 7], ["ip6 conn-ns1/web/tcp/http", 2]],
+  );
+  assert.throws(() => parseCounterListing("{}", "kproxy"), SyntaxError);
+});
+
+Deno.test("nftCounterSamples() reports the counters the plans name, and only those", () => {
+  const packets = new Map([
+    ["ip conn-ns1/web/tcp/http", 7],
+    ["ip noep-ns1/web/tcp/http", 0],
+    ["ip conn-ns1/dns/udp/_", 3],
+    ["ip conn-ns1/gone/tcp/http", 5],
+  ]);
+  const samples = nftCounterSamples([counted], packets);
+  assert.deepEqual(
+    samples.map((s) => [s.service.id, s.counter, s.packets]),
+    [
+      ["ns1/dns:/UDP", "connections", 3],
+      ["ns1/web:http/TCP", "connections", 7],
+      ["ns1/web:http/TCP", "no-endpoints", 0],
+    ],
+  );
+  assert.deepEqual(nftCounterSamples([{ ...counted, serviceCounters: undefined }], packets), []);
+});
+
+Deno.test("nfacctName() is per counter, port and family, within nfacct's 31 characters", () => {
+  const names = ["IPv4", "IPv6"].flatMap((family) =>
+    (["connections", "no-endpoints", "no-local-endpoints", "source-range"] as const).map((c) =>
+      nfacctName(c, web, family as "IPv4" | "IPv6")
+    )
+  );
+  assert.equal(new Set(names).size, 8);
+  for (const name of names) assert.ok(name.length <= 31, name);
+  assert.ok(isFamilyNfacct(nfacctName("connections", web, "IPv4"), "IPv4"));
+  assert.ok(!isFamilyNfacct(nfacctName("connections", web, "IPv6"), "IPv4"));
+  assert.ok(!isFamilyNfacct("ct_state_invalid_dropped_pkts", "IPv4"));
+});
+
+Deno.test("parseNfacctList() reads nfacct list output, and restore input round-trips", () => {
+  const name = nfacctName("connections", web, "IPv4");
+  const listed = `{ pkts = 00000000000000000012, bytes = 00000000000000000720 } = ${name};\n` +
+    "{ pkts = 00000000000000000001, bytes = 00000000000000000060 } = ct_state_invalid_dropped_pkts;\n";
+  const packets = parseNfacctList(listed);
+  assert.equal(packets.get(name), 12);
+  assert.equal(packets.get("ct_state_invalid_dropped_pkts"), 1);
+  assert.deepEqual([...parseNfacctList(nfacctRestoreInput([name]))], [[name, 0]]);
+  assert.equal(
+    commandRefusal(
+      { program: "nfacct", args: ["restore"], stdin: nfacctRestoreInput([name]) },
+      KPROXY_COMMAND_POLICY,
+    ),
+    undefined,
+  );
+  const samples = nfacctSamples([counted], packets);
+  assert.deepEqual(samples.map((s) => [s.service.id, s.counter, s.packets]), [
+    ["ns1/web:http/TCP", "connections", 12],
+  ]);
+});
+
+Deno.test("ipvsSamples() sums the connections of a port's virtual servers (renderer-level: no IPVS here)", () => {
+  const listing = `IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes
+  -> RemoteAddress:Port
+TCP  172.30.0.10:80                      4       20       16     1200     1800
+  -> 10.180.0.1:8080                     4       20       16     1200     1800
+TCP  192.168.0.2:30080                   3       10        8      600      900
+UDP  172.30.0.53:53                      9        9        9      500      600
+TCP  [fd00::1]:80                        1        1        1       60       60
+`;
+  const connections = parseIpvsStats(listing);
+  assert.equal(connections.get("TCP/fd00::1/80"), 1);
+  const samples = ipvsSamples([counted], connections);
+  assert.deepEqual(samples.map((s) => [s.service.id, s.counter, s.packets]), [
+    ["ns1/dns:/UDP", "connections", 9],
+    ["ns1/web:http/TCP", "connections", 7],
+  ]);
+  assert.equal(
+    commandRefusal(
+      { program: "ipvsadm", args: ["-Ln", "--stats", "--exact"] },
+      KPROXY_COMMAND_POLICY,
+    ),
+    undefined,
+  );
+});
+
+function sample(
+  name: string,
+  counter: ServiceCounterSample["counter"],
+  packets: number,
+  portName = "http",
+): ServiceCounterSample {
+  return {
+    service: {
+      id: `ns1/${name}:${portName}/TCP`,
+      namespace: "ns1",
+      name,
+      portName,
+      port: 80,
+      protocol: "TCP",
+    },
+    family: "IPv4",
+    counter,
+    packets,
+  };
+}
+
+Deno.test("exposeServiceCounters() writes both metrics with their labels; the port is its name or number", () => {
+  const text = exposeServiceCounters([
+    sample("web", "connections", 7),
+    sample("web", "source-range", 2),
+    sample("dns", "connections", 3, ""),
+  ]);
+  assert.equal(
+    text,
+    `# HELP kproxy_service_connections_total Connections kproxy's rules sent to an endpoint of the Service port
+# TYPE kproxy_service_connections_total counter
+kproxy_service_connections_total{namespace="ns1",service="dns",port="80",protocol="TCP",ip_family="IPv4"} 3
+kproxy_service_connections_total{namespace="ns1",service="web",port="http",protocol="TCP",ip_family="IPv4"} 7
+# HELP kproxy_service_refused_packets_total Packets to the Service port that kproxy's rules refused, by reason
+# TYPE kproxy_service_refused_packets_total counter
+kproxy_service_refused_packets_total{namespace="ns1",service="web",port="http",protocol="TCP",ip_family="IPv4",reason="source-range"} 2
+`,
+  );
+});
+
+Deno.test("ServiceCounterReader reads the kernel once per interval, whoever asks", async () => {
+  let now = 0;
+  let reads = 0;
+  let release = () => {};
+  const reader = new ServiceCounterReader({
+    read: async () => {
+      reads++;
+      await new Promise<void>((resolve) => (release = resolve));
+      return [sample("web", "connections", reads * 60)];
+    },
+    clock: { now: () => now },
+    maxAgeMs: 5_000,
+  });
+  const concurrent = [reader.samples(), reader.samples(), reader.samples()];
+  release();
+  await Promise.all(concurrent);
+  assert.equal(reads, 1, "concurrent scrapes share one read");
+  now = 4_999;
+  await reader.samples();
+  assert.equal(reads, 1, "a fresh reading is reused");
+  now = 60_000;
+  const next = reader.samples();
+  release();
+  await next;
+  assert.equal(reads, 2);
+  const [traffic] = reader.traffic();
+  assert.equal(traffic!.key, "ns1/web:http/TCP IPv4");
+  assert.equal(traffic!.connectionsPerSecond, 1, "60 more connections over 60 s");
+});
+
+Deno.test("Registry.scrape() appends the collectors' text to the registered metrics", async () => {
+  const registry = new Registry();
+  registry.counter({ name: "a_total", help: "a" }).inc();
+  registry.collector(() => Promise.resolve("# TYPE z_total counter\nz_total 1\n"));
+  const text = await registry.scrape();
+  assert.match(
+    text,
+    /^# HELP a_total a\n# TYPE a_total counter\na_total 1\n# TYPE z_total counter\nz_total 1\n$/,
+  );
+});
