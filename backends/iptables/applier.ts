@@ -147,9 +147,11 @@ class IptablesBackend implements Backend {
     }
   }
 
-  async readServiceCounters(): Promise<ServiceCounterSample[]> {
-    if (![...this.#applied.values()].some((plan) => plan.serviceCounters === true)) return [];
-    return nfacctSamples(this.#applied.values(), await this.#listNfacct());
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
+    return nfacctSamples(plans, await this.#listNfacct());
   }
 
   async #listNfacct(): Promise<Map<string, number>> {

@@ -138,10 +138,12 @@ class IpvsBackend implements Backend {
     return { full, summary: `${services} service ports, ${commands} commands` };
   }
 
-  async readServiceCounters(): Promise<ServiceCounterSample[]> {
-    if (![...this.#applied.values()].some((plan) => plan.serviceCounters === true)) return [];
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
     const listed = await runChecked(this.#executor, LIST_STATS);
-    return ipvsSamples(this.#applied.values(), parseIpvsStats(listed.stdout));
+    return ipvsSamples(plans, parseIpvsStats(listed.stdout));
   }
 
   async checkDrift(): Promise<boolean> {

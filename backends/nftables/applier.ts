@@ -117,13 +117,12 @@ class NftablesBackend implements Backend {
     };
   }
 
-  async readServiceCounters(): Promise<ServiceCounterSample[]> {
-    if (![...this.#applied.values()].some((plan) => plan.serviceCounters === true)) return [];
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
     const listed = await runChecked(this.#executor, LIST_COUNTERS);
-    return nftCounterSamples(
-      this.#applied.values(),
-      parseCounterListing(listed.stdout, this.#table),
-    );
+    return nftCounterSamples(plans, parseCounterListing(listed.stdout, this.#table));
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {

@@ -39,10 +39,10 @@ import { BoundedFrequencyRunner } from "../shell/runner.ts";
 import type { Source } from "../core/source.ts";
 import { Tracker } from "../core/tracker.ts";
 import { kernelDiff } from "./diff.ts";
-import { runExplain } from "./explain/run.ts";
+import { runExplain, type RunExplainOptions } from "./explain/run.ts";
 import { formatServiceDiffs } from "./diff.ts";
 import type { ClusterState } from "../core/state.ts";
-import { countPlans } from "./status/snapshot.ts";
+import { countPlans, summarizeTraffic, type TrafficSummary } from "./status/snapshot.ts";
 import { statusHandler } from "./status/handler.ts";
 import { SyncHistory } from "../shell/sync_history.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
@@ -194,11 +194,17 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
       return await runDemo(commandLine, options);
     case "explain": {
       const state = await loadState(config, options.source);
+      const plannerOptions = plannerOptionsFrom(config, localAddresses());
       return runExplain({
         commandLine,
         io,
         state,
-        plannerOptions: plannerOptionsFrom(config, localAddresses()),
+        plannerOptions,
+        counters: await explainCounters(
+          config,
+          options,
+          planNode({ state, options: plannerOptions }),
+        ),
       });
     }
     case "diff":
@@ -383,6 +389,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
             failedSyncs: history.failures,
             lastFailure: history.lastFailure,
             driftRepairs: proxier.driftRepairs,
+            traffic: counters === undefined ? undefined : trafficNow(counters),
           })),
         },
       });
@@ -415,6 +422,38 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     ]);
   }
   return exitCode;
+}
+
+/**
+ * The node's Service counters for `kproxy explain`, read once from the
+ * kernel by the configured mode; why not when they cannot be read.
+ */
+async function explainCounters(
+  config: Config,
+  options: AppOptions,
+  plans: NodePlans,
+): Promise<RunExplainOptions["counters"]> {
+  if (!config.serviceCounters) return undefined;
+  try {
+    const executor = options.executor ??
+      new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+    const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+    if (backend.readServiceCounters === undefined) {
+      return { unavailable: `the ${config.proxyMode} mode keeps none` };
+    }
+    return { samples: await backend.readServiceCounters([plans.ipv4, plans.ipv6]) };
+  } catch (error) {
+    return { unavailable: error instanceof Error ? error.message : String(error) };
+  }
+}
+
+/**
+ * The status page's traffic summary from the readings already taken; asks
+ * for a new reading (at most one per interval) for the next view.
+ */
+function trafficNow(counters: ServiceCounterReader): TrafficSummary {
+  counters.samples().catch(() => {}); // collectServiceCounters logs failures on /metrics
+  return summarizeTraffic(counters.traffic(), counters.windowSeconds());
 }
 
 /**

@@ -70,10 +70,11 @@ export interface Backend {
    */
   cleanup(options?: CleanupOptions): Promise<void>;
   /**
-   * Reads the per-Service-port counters of the last applied plans in one
-   * kernel read (`Plan.serviceCounters`); absent in modes that keep none.
+   * Reads the per-Service-port counters (`Plan.serviceCounters`) of `plans`,
+   * by default the last applied ones, in one kernel read; absent in modes
+   * that keep none.
    */
-  readServiceCounters?(): Promise<ServiceCounterSample[]>;
+  readServiceCounters?(plans?: readonly Plan[]): Promise<ServiceCounterSample[]>;
   /** For `kproxy diff`: how to load these plans in full, and how to list what is loaded. */
   inspect?(plans: Plan[]): KernelInspection;
 }

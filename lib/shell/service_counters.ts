@@ -68,9 +68,16 @@ export class ServiceCounterReader {
     return samples;
   }
 
+  /** Seconds between the oldest and the newest reading kept (0 with fewer than two). */
+  windowSeconds(): number {
+    const first = this.#readings[0];
+    const last = this.#readings.at(-1);
+    return first === undefined || last === undefined ? 0 : (last.at - first.at) / 1000;
+  }
+
   /**
    * Connection rates and refused packets between the oldest and the newest
-   * reading of the window, highest first, from readings already taken.
+   * reading of the window, from readings already taken.
    */
   traffic(): ServiceTraffic[] {
     const first = this.#readings[0];
