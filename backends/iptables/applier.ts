@@ -259,12 +259,19 @@ class IptablesBackend implements Backend {
   inspect(plans: Plan[]): KernelInspection {
     const variant = this.#config.iptables.backend === "legacy" ? "legacy" : "nft";
     const mine = plans.filter((plan) => this.#families.has(plan.family));
+    // The rules name nfacct objects, which must exist before they load.
+    const counters = new Set(mine.flatMap((plan) => [...planNfacctNames(plan)]));
     return {
-      load: mine.map((plan) => ({
-        program: iptablesPrograms(variant, plan.family).restore,
-        args: ["-w", "5"],
-        stdin: renderFull(plan, this.#renderOptions).toString(),
-      })),
+      load: [
+        ...(counters.size === 0
+          ? []
+          : [{ program: "nfacct", args: ["restore"], stdin: nfacctRestoreInput(counters) }]),
+        ...mine.map((plan) => ({
+          program: iptablesPrograms(variant, plan.family).restore,
+          args: ["-w", "5"],
+          stdin: renderFull(plan, this.#renderOptions).toString(),
+        })),
+      ],
       list: mine.map((plan) => ({
         program: iptablesPrograms(variant, plan.family).save,
         args: [],
