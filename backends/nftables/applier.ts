@@ -30,7 +30,12 @@ import { DEFAULT_TABLE, nftFamily, type RenderOptions, tableRef } from "./contex
 import { renderIncremental } from "./incremental.ts";
 import type { TableRef, Transaction } from "./transaction.ts";
 import { nftServiceOf, parseNftListing } from "./listing.ts";
-import { LIST_COUNTERS, nftCounterSamples, parseCounterListing } from "./counters.ts";
+import {
+  type CountedElements,
+  listCountedSets,
+  nftCounterSamples,
+  parseCountedSet,
+} from "./counters.ts";
 import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);
@@ -120,9 +125,16 @@ class NftablesBackend implements Backend {
   async readServiceCounters(
     plans: readonly Plan[] = [...this.#applied.values()],
   ): Promise<ServiceCounterSample[]> {
-    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
-    const listed = await runChecked(this.#executor, LIST_COUNTERS);
-    return nftCounterSamples(plans, parseCounterListing(listed.stdout, this.#table));
+    const counted = plans.filter((plan) => plan.serviceCounters === true);
+    const elements = new Map<IpFamily, CountedElements>();
+    for (const plan of counted) {
+      const sets: CountedElements = new Map();
+      for (const { set, command } of listCountedSets(plan, this.#table)) {
+        sets.set(set, parseCountedSet((await runChecked(this.#executor, command)).stdout));
+      }
+      elements.set(plan.family, sets);
+    }
+    return nftCounterSamples(counted, (plan) => elements.get(plan.family)!);
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {

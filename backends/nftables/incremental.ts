@@ -8,7 +8,7 @@
 
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { canonicalIP, collapseCIDRs } from "../../lib/core/ip.ts";
-import { Chain, Element, NftCounter, type NftSet, Rule, Transaction } from "./transaction.ts";
+import { Chain, Element, type NftSet, Rule, Transaction } from "./transaction.ts";
 import {
   addressElements,
   type Context,
@@ -105,13 +105,7 @@ export function renderIncremental(
     const next = newElements.get(id);
     if (next === undefined || next.options.value !== element.options.value) tx.delete(element);
   }
-  // 3. Chains, affinity maps and counters that went away or changed definition.
-  //    A counter that stays keeps its count.
-  const oldCounters = new Set(oldObjects.flatMap((o) => o.counters));
-  const newCounters = new Set([...newObjects.values()].flatMap((o) => o.counters));
-  for (const name of oldCounters) {
-    if (!newCounters.has(name)) tx.delete(new NftCounter({ name }));
-  }
+  // 3. Chains and affinity maps that went away or changed definition.
   for (const name of oldChains) {
     if (!newChains.has(name)) tx.delete(new Chain({ name }));
   }
@@ -152,9 +146,6 @@ export function renderIncremental(
     }
   }
   if (missing.size > 0) return undefined;
-  for (const name of newCounters) {
-    if (!oldCounters.has(name)) tx.add(new NftCounter({ name }));
-  }
   for (const objects of newObjects.values()) {
     for (const set of objects.sets) {
       const old = oldSets.get(set.options.name);

@@ -6,7 +6,7 @@
  * namespace, the name and a port name are DNS-1123 labels (`lib/parse.ts`
  * admits nothing else, and {@linkcode serviceNameSuffix} checks again), so
  * none holds `/`, and `_` is no port name; the kind (`svc`, `ext`, `aff`,
- * `affx`, and the counters' `conn`, `noep`, `nolocal`, `srcrange`) ends at its first `-`. Two service ports therefore share a name only
+ * `affx`) ends at its first `-`. Two service ports therefore share a name only
  * when they share an id. The longest name (`affx-`, two 63-character labels,
  * `sctp`, a 63-character port name) is 201 characters, within the 255 the
  * kernel allows a chain or set name.
@@ -15,23 +15,10 @@
  */
 
 import { isDNS1123Label } from "../../lib/core/parse/fields.ts";
-import type { ServiceCounter, ServicePortPlan } from "../../lib/core/plan.ts";
-
-/** The object kind of each service counter. */
-export const COUNTER_KINDS = {
-  "connections": "conn",
-  "no-endpoints": "noep",
-  "no-local-endpoints": "nolocal",
-  "source-range": "srcrange",
-} as const satisfies Record<ServiceCounter, string>;
+import type { ServicePortPlan } from "../../lib/core/plan.ts";
 
 /** Object kinds named per service port. */
-export type ServiceObjectKind =
-  | "svc"
-  | "ext"
-  | "aff"
-  | "affx"
-  | (typeof COUNTER_KINDS)[ServiceCounter];
+export type ServiceObjectKind = "svc" | "ext" | "aff" | "affx";
 
 /** The fields of a service port its object names are made of. */
 export type NamedServicePort = Pick<
@@ -84,9 +71,4 @@ export function serviceObjectName(kind: ServiceObjectKind, service: NamedService
 /** Joins a kind and a {@linkcode serviceNameSuffix}. */
 export function objectName(kind: ServiceObjectKind, suffix: string): string {
   return `${kind}-${suffix}`;
-}
-
-/** The name of a service port's counter object, e.g. `conn-ns1/svc1/tcp/p80`. */
-export function counterName(counter: ServiceCounter, suffix: string): string {
-  return objectName(COUNTER_KINDS[counter], suffix);
 }

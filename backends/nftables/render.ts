@@ -50,15 +50,7 @@
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { collapseCIDRs } from "../../lib/core/ip.ts";
-import {
-  Chain,
-  Element,
-  ElementLines,
-  NftCounter,
-  Rule,
-  Table,
-  Transaction,
-} from "./transaction.ts";
+import { Chain, Element, ElementLines, Rule, Table, Transaction } from "./transaction.ts";
 import {
   addressElements,
   context,
@@ -83,7 +75,6 @@ function addSharedChain(tx: Transaction, name: string, rules: string[]): void {
 }
 
 function addService(tx: Transaction, objects: ServiceObjects): void {
-  for (const name of objects.counters) tx.add(new NftCounter({ name }));
   for (const set of objects.sets) tx.add(set);
   for (const { chain, rules } of objects.chains) {
     tx.add(chain);

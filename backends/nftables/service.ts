@@ -9,16 +9,10 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type {
-  Plan,
-  PlanEndpoint,
-  ServiceCounter,
-  ServicePortPlan,
-  TrafficPlan,
-} from "../../lib/core/plan.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/core/plan.ts";
 import { collapseCIDRs, parseCIDR } from "../../lib/core/ip.ts";
-import { counterName, objectName, serviceNameSuffix } from "./names.ts";
-import { COUNTER_MAPS } from "./skeleton.ts";
+import { objectName, serviceNameSuffix } from "./names.ts";
+import { CONNECTION_COUNTERS } from "./skeleton.ts";
 import { Chain, Element, NftSet } from "./transaction.ts";
 
 import { address, type Context, context, port, type RenderOptions } from "./context.ts";
@@ -40,8 +34,6 @@ export interface ServiceObjects {
   endpointIPs: string[];
   /** Affinity map name to endpoint keys (`ip:port`), to flush maps that lost an endpoint. */
   affinityEndpoints: Map<string, string[]>;
-  /** Names of the port's counter objects (`ServicePortPlan.counters`), created before its elements. */
-  counters: string[];
 }
 
 function dnatTarget(ctx: Context, endpoint: PlanEndpoint): string {
@@ -129,11 +121,7 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     : chainRoutes(ctx, service, externalAddresses.length > 0 || service.nodePort > 0);
 
   const elements: Element[] = [];
-  const counters = serviceCounterNames(ctx, service);
-  const count = (set: string, key: string[], counter: ServiceCounter) => {
-    const name = counters.get(counter);
-    if (name !== undefined) elements.push(new Element({ set, key, value: `"${name}"` }));
-  };
+  const countConnections = ctx.counters && (service.counters ?? []).includes("connections");
   const dispatch = (
     sets: DispatchSets,
     key: string[],
@@ -147,13 +135,8 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     }
     if (traffic.endpoints.length === 0) {
       elements.push(new Element({ set: sets.empty, key, value: verdictWhenEmpty(traffic) }));
-      count(
-        sets.refusalCounters,
-        key,
-        traffic.whenEmpty === "reject" ? "no-endpoints" : "no-local-endpoints",
-      );
-    } else {
-      count(sets.connectionCounters, key, "connections");
+    } else if (countConnections) {
+      elements.push(new Element({ set: sets.connectionCounters, key }));
     }
   };
   const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
@@ -180,7 +163,6 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     }));
     for (const lbIP of service.loadBalancerIPs.map((ip) => address(ctx, ip))) {
       elements.push(new Element({ set: "firewall-ips", key: [lbIP, proto, servicePort] }));
-      count(COUNTER_MAPS.firewall, [lbIP, proto, servicePort], "source-range");
       for (const range of ranges) {
         elements.push(
           new Element({ set: "firewall-allow", key: [lbIP, proto, servicePort, range] }),
@@ -203,43 +185,32 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     clusterIPs,
     endpointIPs,
     affinityEndpoints: routes.affinityEndpoints,
-    counters: [...counters.values()],
   };
-}
-
-/** A service port's counters with their object names; none when the plan keeps no counters. */
-function serviceCounterNames(ctx: Context, service: ServicePortPlan): Map<ServiceCounter, string> {
-  if (!ctx.counters || service.counters === undefined) return new Map();
-  const suffix = serviceNameSuffix(service);
-  return new Map(service.counters.map((counter) => [counter, counterName(counter, suffix)]));
 }
 
 /**
  * The maps a dispatch key is written to: its verdict, its slots, the verdict
- * without endpoints, and the counter maps of each case.
+ * without endpoints, and the set counting its connections.
  */
 interface DispatchSets {
   dispatch: "service-ips" | "service-nodeports";
   slots: SlotMap;
   empty: "no-endpoint-services" | "no-endpoint-nodeports";
   connectionCounters: string;
-  refusalCounters: string;
 }
 
 const ADDRESS_SETS: DispatchSets = {
   dispatch: "service-ips",
   slots: "service-endpoints",
   empty: "no-endpoint-services",
-  connectionCounters: COUNTER_MAPS.connections,
-  refusalCounters: COUNTER_MAPS.refusals,
+  connectionCounters: CONNECTION_COUNTERS.address,
 };
 
 const NODE_PORT_SETS: DispatchSets = {
   dispatch: "service-nodeports",
   slots: "nodeport-endpoints",
   empty: "no-endpoint-nodeports",
-  connectionCounters: COUNTER_MAPS.nodePortConnections,
-  refusalCounters: COUNTER_MAPS.nodePortRefusals,
+  connectionCounters: CONNECTION_COUNTERS.nodePort,
 };
 
 /** Where one kind of traffic of a service port goes: a verdict, and the slot elements it reads. */

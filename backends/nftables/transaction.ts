@@ -140,20 +140,6 @@ export class Rule implements NftObject {
   }
 }
 
-/** A named `counter` object (packets and bytes), read with `nft list counters`. */
-export class NftCounter implements NftObject {
-  constructor(readonly options: { name: string }) {}
-
-  validate(verb: Verb): string | undefined {
-    if (verb === "flush") return "Cannot flush a counter: delete it instead";
-    return checkName("counter", this.options.name);
-  }
-
-  write(verb: Verb, where: TableRef): string {
-    return `${verb} counter ${where.family} ${where.table} ${this.options.name}`;
-  }
-}
-
 /** A named set or map. */
 export interface SetOptions {
   name: string;
@@ -167,6 +153,8 @@ export interface SetOptions {
    */
   typeOf?: boolean;
   flags?: ("interval" | "dynamic" | "timeout")[];
+  /** Every element keeps a counter of the packets its lookups matched. */
+  counter?: boolean;
   /** Default element timeout in seconds. */
   timeoutSeconds?: number;
   size?: number;
@@ -195,12 +183,14 @@ export class NftSet implements NftObject {
   }
 
   write(verb: Verb, where: TableRef): string {
-    const { name, type, dataType, typeOf, flags, timeoutSeconds, size, comment } = this.options;
+    const { name, type, dataType, typeOf, flags, counter, timeoutSeconds, size, comment } =
+      this.options;
     const head = `${verb} ${this.kind} ${where.family} ${where.table} ${name}`;
     if (verb !== "add") return head;
     const declared = typeOf === true ? "typeof" : "type";
     const parts = [`${declared} ${type}${dataType === undefined ? "" : ` : ${dataType}`} ;`];
     if (flags !== undefined && flags.length > 0) parts.push(`flags ${flags.join(",")} ;`);
+    if (counter === true) parts.push("counter ;");
     if (timeoutSeconds !== undefined) parts.push(`timeout ${timeoutSeconds}s ;`);
     if (size !== undefined) parts.push(`size ${size} ;`);
     if (comment !== undefined) parts.push(`comment "${comment}" ;`);

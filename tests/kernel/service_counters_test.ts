@@ -12,6 +12,9 @@ import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import { exposeServiceCounters } from "../../lib/shell/service_counters.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
+import { nfacctName } from "../../backends/iptables/counters.ts";
+import { parseCountedSet } from "../../backends/nftables/counters.ts";
+import { COUNTED_SETS } from "../../backends/nftables/skeleton.ts";
 import { plannedFromObjects } from "./cases.ts";
 import {
   ADDRESSES as A,
@@ -30,6 +33,7 @@ const N = 4;
 const WEB = { clusterIP: "10.96.1.40", nodePort: 30140, lbIP: "10.204.0.40" };
 const OTHER_IP = "10.96.1.41";
 const EMPTY_IP = "10.96.1.42";
+const LOCAL_ONLY = { clusterIP: "10.96.1.43", nodePort: 30143, lbIP: "10.204.0.43" };
 
 interface Objects {
   web?: boolean;
@@ -37,7 +41,7 @@ interface Objects {
 }
 
 function objects(t: Topology, spec: Objects): Record<string, unknown>[] {
-  const slice = (name: string, pods: number[]) => ({
+  const slice = (name: string, pods: number[], nodeName = "node-a") => ({
     kind: "EndpointSlice",
     metadata: {
       namespace: "kernel",
@@ -46,7 +50,7 @@ function objects(t: Topology, spec: Objects): Record<string, unknown>[] {
     },
     addressType: "IPv4",
     ports: [{ name: "http", port: TARGET_PORT }],
-    endpoints: pods.map((i) => ({ addresses: [t.pods[i]!.ipv4], nodeName: "node-a" })),
+    endpoints: pods.map((i) => ({ addresses: [t.pods[i]!.ipv4], nodeName })),
   });
   const service = (name: string, spec: Record<string, unknown>, status = {}) => ({
     kind: "Service",
@@ -58,6 +62,14 @@ function objects(t: Topology, spec: Objects): Record<string, unknown>[] {
     service("other", { clusterIP: OTHER_IP }),
     slice("other", spec.otherEndpoints === 1 ? [1] : [1, 2]),
     service("empty", { clusterIP: EMPTY_IP }),
+    // externalTrafficPolicy Local, its one endpoint on the other node.
+    service("localonly", {
+      type: "LoadBalancer",
+      clusterIP: LOCAL_ONLY.clusterIP,
+      externalTrafficPolicy: "Local",
+      ports: [{ name: "http", port: 80, targetPort: TARGET_PORT, nodePort: LOCAL_ONLY.nodePort }],
+    }, { loadBalancer: { ingress: [{ ip: LOCAL_ONLY.lbIP }] } }),
+    slice("localonly", [t.pods.length - 1], "node-b"),
   ];
   if (spec.web !== false) {
     list.push(
@@ -86,8 +98,10 @@ async function runCounterCases(
     topology: Topology;
     backend: Backend;
     listRules: () => Promise<string>;
-    /** The names of the counter objects in the node's kernel. */
+    /** The counter objects (or counted elements) in the node's kernel, by name. */
     listCounters: () => Promise<string[]>;
+    /** Those that belong to Service "web". */
+    webCounters: string[];
   },
 ): Promise<void> {
   const { topology, backend } = options;
@@ -174,6 +188,19 @@ async function runCounterCases(
     assert.equal(value(samples, "web", "connections"), 3 * N, "a refused packet is no connection");
   });
 
+  await t.step(
+    'externalTrafficPolicy Local without a local endpoint counts reason "no-local-endpoints"',
+    async () => {
+      const replies = await send(tcp(LOCAL_ONLY.lbIP, 80, undefined, 700), 2);
+      assert.ok(replies.every((r) => !r.ok && r.error === "timeout"), JSON.stringify(replies));
+      const samples = await read();
+      const dropped = value(samples, "localonly", "no-local-endpoints") ?? 0;
+      assert.ok(dropped >= 2, `no-local-endpoints: ${dropped}`);
+      assert.equal(value(samples, "localonly", "no-endpoints"), 0);
+      assert.equal(value(samples, "localonly", "connections"), 0);
+    },
+  );
+
   await t.step("an unrelated sync leaves the counts untouched", async () => {
     const before = await read();
     await sync(plannedFromObjects(objects(topology, { otherEndpoints: 2 }), on), [
@@ -184,12 +211,13 @@ async function runCounterCases(
   });
 
   await t.step("a deleted Service's series are gone", async () => {
-    const counters = (await options.listCounters()).length;
+    const before = await options.listCounters();
+    for (const name of options.webCounters) assert.ok(before.includes(name), name);
     await sync(plannedFromObjects(objects(topology, { web: false, otherEndpoints: 2 }), on), [
       webId,
     ]);
-    const webCounters = ["connections", "no-endpoints", "source-range"].length;
-    assert.equal((await options.listCounters()).length, counters - webCounters);
+    const after = new Set(await options.listCounters());
+    assert.deepEqual(before.filter((name) => !after.has(name)).sort(), options.webCounters.sort());
     const samples = await read();
     assert.equal(samples.filter((s) => s.service.name === "web").length, 0);
     assert.doesNotMatch(await options.listRules(), /kernel\/web/);
@@ -225,10 +253,25 @@ Deno.test({
       const listRules = async () =>
         (await node.run({ program: "nft", args: ["list", "ruleset"] })).stdout;
       const listCounters = async () => {
-        const listed = await node.run({ program: "nft", args: ["list", "counters"] });
-        return [...listed.stdout.matchAll(/^\s*counter (\S+) \{/gm)].map((m) => m[1]!);
+        const names: string[] = [];
+        for (const set of COUNTED_SETS) {
+          const kind = set.startsWith("no-endpoint") ? "map" : "set";
+          const listed = await node.run({
+            program: "nft",
+            args: ["-j", "list", kind, "ip", "kproxy", set],
+          });
+          if (listed.code !== 0) continue;
+          for (const key of parseCountedSet(listed.stdout).keys()) names.push(`${set} ${key}`);
+        }
+        return names;
       };
-      await runCounterCases(t, { topology, backend, listRules, listCounters });
+      const webCounters = [
+        `connection-counters ${WEB.clusterIP} . tcp . 80`,
+        `connection-counters ${WEB.lbIP} . tcp . 80`,
+        `nodeport-connection-counters tcp . ${WEB.nodePort}`,
+        `firewall-ips ${WEB.lbIP} . tcp . 80`,
+      ];
+      await runCounterCases(t, { topology, backend, listRules, listCounters, webCounters });
     } finally {
       await topology.destroy();
     }
@@ -265,7 +308,11 @@ for (const variant of ["nft", "legacy"] as const) {
           const listed = await node.run({ program: "nfacct", args: ["list"] });
           return [...listed.stdout.matchAll(/ = (KP-\S+);$/gm)].map((m) => m[1]!);
         };
-        await runCounterCases(t, { topology, backend, listRules, listCounters });
+        const web = plannedFromObjects(objects(topology, { otherEndpoints: 1 }), {
+          serviceCounters: true,
+        })[0]!.services.find((s) => s.name === "web")!;
+        const webCounters = web.counters!.map((counter) => nfacctName(counter, web, "IPv4"));
+        await runCounterCases(t, { topology, backend, listRules, listCounters, webCounters });
         await t.step("cleanup deletes kproxy's nfacct objects", async () => {
           await backend.cleanup();
           const listed = (await node.run({ program: "nfacct", args: ["list"] })).stdout;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { nftCounterSamples, parseCounterListing } from "../../backends/nftables/counters.ts";
+import { nftCounterSamples, parseCountedSet } from "../../backends/nftables/counters.ts";
 import {
   isFamilyNfacct,
   nfacctName,
@@ -27,64 +27,81 @@ const unnamed = servicePort("ns1", "dns", {
 });
 const counted = plan([web, unnamed], { counters: true });
 
-Deno.test("parseCounterListing() reads the packets of one table's counters", () => {
-  const json = JSON.stringify({
-    nftables: [
-      { metainfo: { version: "1.0.6" } },
-      {
-        counter: {
-          family: "ip",
-          name: "conn-ns1/web/tcp/http",
-          table: "kproxy",
-          packets: 7,
-          bytes: 420,
-        },
+Deno.test("parseCountedSet() reads the element counters of a set or a verdict map", () => {
+  const meta = { metainfo: { version: "1.0.6" } };
+  const set = JSON.stringify({
+    nftables: [meta, {
+      set: {
+        name: "connection-counters",
+        elem: [
+          {
+            elem: {
+              val: { concat: ["172.30.0.10", "tcp", 80] },
+              counter: { packets: 7, bytes: 1 },
+            },
+          },
+          { elem: { val: { concat: ["fd00::1", "udp", 53] }, counter: { packets: 2, bytes: 1 } } },
+          { elem: { val: { concat: ["172.30.0.11", "tcp", 80] } } },
+        ],
       },
-      {
-        counter: {
-          family: "ip6",
-          name: "conn-ns1/web/tcp/http",
-          table: "kproxy",
-          packets: 2,
-          bytes: 1,
-        },
-      },
-      {
-        counter: {
-          family: "ip",
-          name: "conn-ns1/web/tcp/http",
-          table: "other",
-          packets: 99,
-          bytes: 1,
-        },
-      },
-    ],
+    }],
   });
-  const packets = parseCounterListing(json, "kproxy");
-  assert.deepEqual(
-    [...packets],
-    [["ip conn-ns1/web/tcp/http", 7], ["ip6 conn-ns1/web/tcp/http", 2]],
-  );
-  assert.throws(() => parseCounterListing("{}", "kproxy"), SyntaxError);
+  assert.deepEqual([...parseCountedSet(set)], [["172.30.0.10 . tcp . 80", 7], [
+    "fd00::1 . udp . 53",
+    2,
+  ]]);
+  const map = JSON.stringify({
+    nftables: [meta, {
+      map: {
+        name: "no-endpoint-nodeports",
+        elem: [[
+          { elem: { val: { concat: ["tcp", 30080] }, counter: { packets: 3, bytes: 1 } } },
+          { goto: { target: "reject-chain" } },
+        ]],
+      },
+    }],
+  });
+  assert.deepEqual([...parseCountedSet(map)], [["tcp . 30080", 3]]);
+  assert.throws(() => parseCountedSet("{}"), SyntaxError);
 });
 
-Deno.test("nftCounterSamples() reports the counters the plans name, and only those", () => {
-  const packets = new Map([
-    ["ip conn-ns1/web/tcp/http", 7],
-    ["ip noep-ns1/web/tcp/http", 0],
-    ["ip conn-ns1/dns/udp/_", 3],
-    ["ip conn-ns1/gone/tcp/http", 5],
-  ]);
-  const samples = nftCounterSamples([counted], packets);
-  assert.deepEqual(
-    samples.map((s) => [s.service.id, s.counter, s.packets]),
+Deno.test("nftCounterSamples() sums each planned counter over the port's keys, 0 without elements", () => {
+  const lb = servicePort("ns1", "lb", {
+    clusterIPs: ["172.30.0.20"],
+    nodePort: 30090,
+    loadBalancerIPs: ["1.2.3.4"],
+    sourceRanges: ["10.0.0.0/8"],
+    counters: ["connections", "no-endpoints", "source-range"],
+  });
+  const empty = servicePort("ns1", "empty", {
+    clusterIPs: ["172.30.0.30"],
+    nodePort: 30091,
+    internal: { endpoints: [], whenEmpty: "reject", reason: "" },
+    external: { endpoints: [], whenEmpty: "reject", reason: "" },
+    counters: ["connections", "no-endpoints"],
+  });
+  const elements = new Map(
     [
-      ["ns1/dns:/UDP", "connections", 3],
-      ["ns1/web:http/TCP", "connections", 7],
-      ["ns1/web:http/TCP", "no-endpoints", 0],
-    ],
+      ["connection-counters", new Map([["172.30.0.20 . tcp . 80", 5], ["1.2.3.4 . tcp . 80", 2]])],
+      ["nodeport-connection-counters", new Map([["tcp . 30090", 1]])],
+      ["no-endpoint-services", new Map([["172.30.0.30 . tcp . 80", 4]])],
+      ["no-endpoint-nodeports", new Map([["tcp . 30091", 6]])],
+      ["firewall-ips", new Map([["1.2.3.4 . tcp . 80", 9]])],
+    ] as const,
   );
-  assert.deepEqual(nftCounterSamples([{ ...counted, serviceCounters: undefined }], packets), []);
+  const plans = [plan([lb, empty], { counters: true })];
+  const samples = nftCounterSamples(plans, () => elements as never);
+  assert.deepEqual(samples.map((s) => [s.service.name, s.counter, s.packets]), [
+    ["empty", "connections", 0],
+    ["empty", "no-endpoints", 10],
+    ["lb", "connections", 8],
+    ["lb", "no-endpoints", 0],
+    ["lb", "source-range", 9],
+  ]);
+  assert.deepEqual(
+    nftCounterSamples([{ ...plans[0]!, serviceCounters: undefined }], () => elements as never),
+    [],
+  );
 });
 
 Deno.test("nfacctName() is per counter, port and family, within nfacct's 31 characters", () => {
