@@ -27,6 +27,7 @@ import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
+import { benchCounters } from "./counters.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -48,6 +49,7 @@ export const SECTIONS = [
   "takeover",
   "manifests",
   "conntrack",
+  "counters",
 ] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
@@ -71,6 +73,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   if (name.startsWith("takeover")) return has("takeover");
   if (name.startsWith("manifests")) return has("manifests");
   if (name.startsWith("conntrack reconcile")) return has("conntrack");
+  if (name.startsWith("service counters")) return has("counters");
   return false;
 }
 
@@ -301,6 +304,14 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.conntrack = await benchConntrack();
     });
   }
+  if (has("counters")) {
+    await section(results, "service counters, off vs on", async () => {
+      results.counters = await benchCounters({
+        services: tenK,
+        endpointsPerService: ENDPOINTS_PER_SERVICE,
+      });
+    });
+  }
   return results;
 }
 
@@ -339,6 +350,7 @@ export function merge(
   if (has("takeover")) merged.takeover = fresh.takeover;
   if (has("manifests")) merged.manifests = fresh.manifests;
   if (has("conntrack")) merged.conntrack = fresh.conntrack;
+  if (has("counters")) merged.counters = fresh.counters;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,
