@@ -470,7 +470,7 @@ function countersSection(results: BenchResults): string {
         fmtMs(r.fullMs) + change(r.fullMs, base?.fullMs),
         fmtMs(r.partialMs) + change(r.partialMs, base?.partialMs),
         `${(r.inputBytes / 2 ** 20).toFixed(2)} MiB, ${r.inputLines} lines` +
-          change(r.inputBytes, base?.inputBytes),
+        change(r.inputBytes, base?.inputBytes),
         r.counters ? fmtMs(r.scrapeMs) : "–",
         r.counters ? `${r.scrapeExtraPeakMiB.toFixed(1)} MiB` : "–",
         String(r.series),
