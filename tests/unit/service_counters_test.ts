@@ -13,6 +13,11 @@ import { exposeServiceCounters, ServiceCounterReader } from "../../lib/shell/ser
 import { Registry } from "../../lib/shell/metrics.ts";
 import { commandRefusal, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
 import { plan, servicePort } from "../golden/nftables/fixtures.ts";
+import { createIptablesBackend } from "../../backends/iptables/applier.ts";
+import { ModeUnavailableError } from "../../lib/core/backend.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
+import { CommandError } from "../../lib/shell/exec.ts";
+import { FakeExecutor } from "../support/fake_executor.ts";
 
 const web = servicePort("ns1", "web", {
   nodePort: 30080,
@@ -243,4 +248,23 @@ Deno.test("Registry.scrape() appends the collectors' text to the registered metr
     text,
     /^# HELP a_total a\n# TYPE a_total counter\na_total 1\n# TYPE z_total counter\nz_total 1\n$/,
   );
+});
+
+Deno.test("iptables preflight() says to install nfacct or turn counting off when nfacct is missing", async () => {
+  const missing = new CommandError(
+    { program: "nfacct", args: ["list"] },
+    undefined,
+    'Cannot run "nfacct list": program not found in PATH',
+  );
+  const config = defaultConfig("node-a");
+  const backend = createIptablesBackend({ executor: new FakeExecutor().reply(missing), config });
+  await assert.rejects(() => backend.preflight!(), (error: Error) => {
+    assert.ok(error instanceof ModeUnavailableError);
+    assert.match(error.message, /nfacct is not installed.*--service-counters=false/);
+    return true;
+  });
+  const off = new FakeExecutor().reply(missing);
+  await createIptablesBackend({ executor: off, config: { ...config, serviceCounters: false } })
+    .preflight!();
+  assert.equal(off.calls.length, 0, "nothing runs nfacct with counters off");
 });
