@@ -135,6 +135,10 @@ export function renderServiceChains(
     if (!chain || chains.has(chain)) continue;
     const rules: string[][] = [];
     chains.set(chain, rules);
+    // Every connection dispatched to the port enters exactly one of its policy chains, and
+    // leaves it through a DNAT: a match-only first rule counts each once.
+    const connections = layout.counters.get("connections");
+    if (connections !== undefined) rules.push(nfacctMatch(connections));
     if (chain === layout.internalChain && masquerade) {
       for (const ip of service.clusterIPs) {
         rules.push([
@@ -193,7 +197,6 @@ export function renderServiceChains(
         layout.protocol,
         "-p",
         layout.protocol,
-        ...nfacctMatch(layout.counters.get("connections")),
         "-j",
         "DNAT",
         "--to-destination",
