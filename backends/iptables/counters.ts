@@ -27,23 +27,65 @@ const KINDS: Record<ServiceCounter, string> = {
 /** Every name {@linkcode nfacctName} makes, of either family. */
 export const NFACCT_NAME = /^KP-(?:CONN|NOEP|NOLOC|SRCR)[46]-[A-Z2-7]{16}$/;
 
+/** The hash part of a service port's nfacct names, computed once per plan object. */
+const BASES = new WeakMap<ServicePortPlan, string>();
+
 /** The nfacct object of one counter of a service port in `family`. */
 export function nfacctName(
   counter: ServiceCounter,
   service: ServicePortPlan,
   family: IpFamily,
 ): string {
-  const base = hash16(servicePortName(service) + service.protocol.toLowerCase());
+  let base = BASES.get(service);
+  if (base === undefined) {
+    base = hash16(servicePortName(service) + service.protocol.toLowerCase());
+    BASES.set(service, base);
+  }
   return `KP-${KINDS[counter]}${family === "IPv4" ? "4" : "6"}-${base}`;
 }
 
-/** A service port's counters by kind, as nfacct names; empty when the plan keeps none. */
+/**
+ * Whether the rule that counts `counter` exists for the port (as the
+ * renderers lay it out): a policy chain for connections, a REJECT or DROP
+ * rule for refusals, a KUBE-PROXY-FIREWALL rule for source ranges. An nfacct
+ * object exists only while a rule names it: every object makes each later
+ * one and each rule naming one slower to load (the kernel keeps them in a
+ * list, searched by name).
+ */
+function hasRule(service: ServicePortPlan, counter: ServiceCounter): boolean {
+  const { internal, external } = service;
+  const externallyAddressed = service.externalIPs.length + service.loadBalancerIPs.length > 0 ||
+    service.nodePort > 0;
+  const refuses = (verdict: "reject" | "drop") =>
+    (internal.endpoints.length === 0 && internal.whenEmpty === verdict &&
+      service.clusterIPs.length > 0) ||
+    (external.endpoints.length === 0 && external.whenEmpty === verdict && externallyAddressed);
+  const hasEndpoints = internal.endpoints.length > 0 || external.endpoints.length > 0;
+  switch (counter) {
+    case "connections":
+      return hasEndpoints;
+    case "no-endpoints":
+      return refuses("reject");
+    case "no-local-endpoints":
+      return refuses("drop");
+    case "source-range":
+      return hasEndpoints && service.loadBalancerIPs.length > 0 && service.sourceRanges.length > 0;
+  }
+}
+
+/**
+ * A service port's nfacct objects by counter: those of its planned counters
+ * whose rule exists now; empty when the plan keeps no counters.
+ */
 export function serviceNfacctNames(
   plan: Plan,
   service: ServicePortPlan,
 ): Map<ServiceCounter, string> {
   if (plan.serviceCounters !== true || service.counters === undefined) return new Map();
-  return new Map(service.counters.map((c) => [c, nfacctName(c, service, plan.family)]));
+  return new Map(
+    service.counters.filter((c) => hasRule(service, c))
+      .map((c) => [c, nfacctName(c, service, plan.family)]),
+  );
 }
 
 /** The nfacct names of `services` (every service port of `plan` by default). */
@@ -81,14 +123,17 @@ export function nfacctRestoreInput(names: Iterable<string>): string {
   return [...names].map((name) => `{ pkts = ${zero}, bytes = ${zero} } = ${name};\n`).join("");
 }
 
-/** The samples of the counters `plans` name, from a {@linkcode parseNfacctList} result. */
+/**
+ * The samples of the counters `plans` name, from a {@linkcode parseNfacctList}
+ * result; 0 for a counter without an object now (its rule does not exist).
+ */
 export function nfacctSamples(
   plans: Iterable<Plan>,
   packets: ReadonlyMap<string, number>,
 ): ServiceCounterSample[] {
   return counterSamples(
     plans,
-    (plan, service, counter) => packets.get(nfacctName(counter, service, plan.family)),
+    (plan, service, counter) => packets.get(nfacctName(counter, service, plan.family)) ?? 0,
   );
 }
 

@@ -1,7 +1,8 @@
 /**
- * The per-Service-port traffic counters at scrape time: one kernel read per
- * `maxAgeMs` whoever asks (/metrics, /statusz), concurrent callers share it,
- * and the exposition of `kproxy_service_connections_total` and
+ * The per-Service-port traffic counters at scrape time: at most one kernel
+ * read per `maxAgeMs` whoever asks (/metrics, /statusz), made in the
+ * background so a scrape never waits for it (stale-while-revalidate), and the
+ * exposition of `kproxy_service_connections_total` and
  * `kproxy_service_refused_packets_total`. A counter whose Service is gone is
  * not in the backend's reading, so its series disappears.
  *
@@ -48,12 +49,25 @@ export class ServiceCounterReader {
     this.#options = { maxAgeMs: 5_000, windowMs: 60_000, ...options };
   }
 
-  /** The current samples: the last reading when fresh, else one new kernel read. */
+  /**
+   * The samples to serve now: the last reading; when it is older than
+   * `maxAgeMs`, a new kernel read starts in the background for the next
+   * caller (a scrape never waits for the kernel, and sees counts at most one
+   * interval old). Only the very first call waits for a read.
+   */
   samples(): Promise<ServiceCounterSample[]> {
     const last = this.#readings.at(-1);
-    if (last !== undefined && this.#options.clock.now() - last.at < this.#options.maxAgeMs) {
-      return Promise.resolve(last.samples);
+    if (last === undefined) return this.#refresh();
+    if (this.#options.clock.now() - last.at >= this.#options.maxAgeMs) {
+      this.#refresh().catch((error) => {
+        logger.warn("Cannot read the service counters: {error}", { error });
+      });
     }
+    return Promise.resolve(last.samples);
+  }
+
+  /** Starts one kernel read, or joins the one in progress. */
+  #refresh(): Promise<ServiceCounterSample[]> {
     this.#pending ??= this.#read().finally(() => (this.#pending = undefined));
     return this.#pending;
   }

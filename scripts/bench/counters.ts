@@ -2,9 +2,10 @@
  * The cost of the per-Service counters (`--service-counters`, issue 28): at
  * one size, with counters off and on in the same run and in alternating
  * fresh namespaces, the full sync and the one-change sync of the nftables
- * and iptables-nft modes, the size of the full input, and one scrape of the
- * counters (one kernel read, parse, exposition text) in a process of its
- * own, whose extra peak RSS is measured from a reset high-water mark.
+ * and iptables-nft modes, the size of the full input, and, in a process of
+ * its own, one kernel read of the counters (what the background refresh does
+ * once per interval) and one scrape's text from it (what /metrics waits
+ * for), whose extra peak RSS is measured from a reset high-water mark.
  *
  * ```sh
  * deno run --allow-all scripts/bench/counters.ts 10000   # prints one row per mode and setting
@@ -40,9 +41,14 @@ export interface CountersRow {
   /** Bytes and lines of the full input. */
   inputBytes: number;
   inputLines: number;
-  /** One scrape of the counters (counters on only; NaN otherwise): kernel read + parse + text. */
+  /**
+   * One kernel read of every counter, parsed into samples (counters on only; NaN otherwise):
+   * what the background refresh does once per interval.
+   */
+  readMs: number;
+  /** One scrape's counter text from the last reading: what /metrics waits for. */
   scrapeMs: number;
-  /** Peak RSS of that scrape above the process's RSS before it, in MiB. */
+  /** Peak RSS of the read and the scrape above the process's RSS before them, in MiB. */
   scrapeExtraPeakMiB: number;
   /** Series the scrape produced. */
   series: number;
@@ -75,6 +81,7 @@ function fullInput(mode: CountersMode, counters: boolean, services: number, perS
 }
 
 interface ScrapeResult {
+  readMs: number;
   scrapeMs: number;
   extraPeakMiB: number;
   series: number;
@@ -130,12 +137,14 @@ async function scrapeOnce(
   (globalThis as { gc?: () => void }).gc?.();
   Deno.writeTextFileSync("/proc/self/clear_refs", "5");
   const before = Deno.memoryUsage().rss / 2 ** 20;
-  const start = performance.now();
+  let start = performance.now();
   const samples = await backend.readServiceCounters!([plan]);
+  const readMs = performance.now() - start;
+  start = performance.now();
   const text = exposeServiceCounters(samples);
   const scrapeMs = performance.now() - start;
   const series = text.split("\n").filter((line) => line.startsWith("kproxy_")).length;
-  return { scrapeMs, extraPeakMiB: Math.max(0, highWaterMiB() - before), series };
+  return { readMs, scrapeMs, extraPeakMiB: Math.max(0, highWaterMiB() - before), series };
 }
 
 /** Measures both modes with counters off and on, alternating, in fresh namespaces. */
@@ -181,6 +190,7 @@ export async function benchCounters(options: CountersBenchOptions = {}): Promise
         runs,
         inputBytes: input.bytes,
         inputLines: input.lines,
+        readMs: counters ? scrape!.readMs : NaN,
         scrapeMs: counters ? scrape!.scrapeMs : NaN,
         scrapeExtraPeakMiB: counters ? scrape!.extraPeakMiB : NaN,
         series: counters ? scrape!.series : 0,

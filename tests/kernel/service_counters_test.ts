@@ -12,7 +12,7 @@ import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import { exposeServiceCounters } from "../../lib/shell/service_counters.ts";
 import { createNftablesBackend } from "../../backends/nftables/applier.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
-import { nfacctName } from "../../backends/iptables/counters.ts";
+import { serviceNfacctNames } from "../../backends/iptables/counters.ts";
 import { parseCountedSet } from "../../backends/nftables/counters.ts";
 import { COUNTED_SETS } from "../../backends/nftables/skeleton.ts";
 import { plannedFromObjects } from "./cases.ts";
@@ -308,10 +308,11 @@ for (const variant of ["nft", "legacy"] as const) {
           const listed = await node.run({ program: "nfacct", args: ["list"] });
           return [...listed.stdout.matchAll(/ = (KP-\S+);$/gm)].map((m) => m[1]!);
         };
-        const web = plannedFromObjects(objects(topology, { otherEndpoints: 1 }), {
+        const webPlan = plannedFromObjects(objects(topology, { otherEndpoints: 1 }), {
           serviceCounters: true,
-        })[0]!.services.find((s) => s.name === "web")!;
-        const webCounters = web.counters!.map((counter) => nfacctName(counter, web, "IPv4"));
+        })[0]!;
+        const web = webPlan.services.find((s) => s.name === "web")!;
+        const webCounters = [...serviceNfacctNames(webPlan, web).values()];
         await runCounterCases(t, { topology, backend, listRules, listCounters, webCounters });
         await t.step("cleanup deletes kproxy's nfacct objects", async () => {
           await backend.cleanup();

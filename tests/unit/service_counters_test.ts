@@ -6,6 +6,7 @@ import {
   nfacctRestoreInput,
   nfacctSamples,
   parseNfacctList,
+  serviceNfacctNames,
 } from "../../backends/iptables/counters.ts";
 import { ipvsSamples, parseIpvsStats } from "../../backends/ipvs/stats.ts";
 import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
@@ -138,9 +139,15 @@ Deno.test("parseNfacctList() reads nfacct list output, and restore input round-t
     undefined,
   );
   const samples = nfacctSamples([counted], packets);
+  // Every planned counter has a series; one without an object now reads 0.
   assert.deepEqual(samples.map((s) => [s.service.id, s.counter, s.packets]), [
+    ["ns1/dns:/UDP", "connections", 0],
+    ["ns1/dns:/UDP", "no-endpoints", 0],
     ["ns1/web:http/TCP", "connections", 12],
+    ["ns1/web:http/TCP", "no-endpoints", 0],
   ]);
+  // Objects exist only where a rule names them: web has endpoints, so no no-endpoints object.
+  assert.deepEqual([...serviceNfacctNames(counted, web).keys()], ["connections"]);
 });
 
 Deno.test("ipvsSamples() sums the connections of a port's virtual servers (renderer-level: no IPVS here)", () => {
@@ -209,7 +216,7 @@ kproxy_service_refused_packets_total{namespace="ns1",service="web",port="http",p
   );
 });
 
-Deno.test("ServiceCounterReader reads the kernel once per interval, whoever asks", async () => {
+Deno.test("ServiceCounterReader reads the kernel once per interval, in the background, whoever asks", async () => {
   let now = 0;
   let reads = 0;
   let release = () => {};
@@ -225,15 +232,18 @@ Deno.test("ServiceCounterReader reads the kernel once per interval, whoever asks
   const concurrent = [reader.samples(), reader.samples(), reader.samples()];
   release();
   await Promise.all(concurrent);
-  assert.equal(reads, 1, "concurrent scrapes share one read");
+  assert.equal(reads, 1, "the first callers share one read and wait for it");
   now = 4_999;
   await reader.samples();
   assert.equal(reads, 1, "a fresh reading is reused");
   now = 60_000;
-  const next = reader.samples();
+  const stale = await reader.samples();
+  assert.equal(stale[0]!.packets, 60, "a stale reading is served at once");
+  await reader.samples();
+  assert.equal(reads, 2, "one background read, however many callers meanwhile");
   release();
-  await next;
-  assert.equal(reads, 2);
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal((await reader.samples())[0]!.packets, 120, "the next caller gets the new reading");
   const [traffic] = reader.traffic();
   assert.equal(traffic!.key, "ns1/web:http/TCP IPv4");
   assert.equal(traffic!.connectionsPerSecond, 1, "60 more connections over 60 s");
