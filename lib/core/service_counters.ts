@@ -40,14 +40,8 @@ export function counterSamples(
     for (const service of plan.services) {
       for (const counter of service.counters ?? []) {
         const packets = packetsOf(plan, service, counter);
-        if (packets === undefined) continue;
-        const { id, namespace, name, portName, port, protocol } = service;
-        samples.push({
-          service: { id, namespace, name, portName, port, protocol },
-          family: plan.family,
-          counter,
-          packets,
-        });
+        // The plan's own object, not a copy: a reading holds one sample per counter.
+        if (packets !== undefined) samples.push({ service, family: plan.family, counter, packets });
       }
     }
   }

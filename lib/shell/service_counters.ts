@@ -145,7 +145,7 @@ const REFUSED = "kproxy_service_refused_packets_total";
 
 /**
  * The Prometheus text of the two counter metrics (HELP and TYPE even with no
- * sample), sorted by labels.
+ * sample), in the samples' order (the plans': by family, then service port id).
  */
 export function exposeServiceCounters(samples: readonly ServiceCounterSample[]): string {
   const connections: string[] = [];
@@ -168,10 +168,10 @@ export function exposeServiceCounters(samples: readonly ServiceCounterSample[]):
   return [
     `# HELP ${CONNECTIONS} Connections kproxy's rules sent to an endpoint of the Service port`,
     `# TYPE ${CONNECTIONS} counter`,
-    ...connections.sort(),
+    ...connections,
     `# HELP ${REFUSED} Packets to the Service port that kproxy's rules refused, by reason`,
     `# TYPE ${REFUSED} counter`,
-    ...refused.sort(),
+    ...refused,
   ].join("\n") + "\n";
 }
 

@@ -199,9 +199,9 @@ function sample(
 
 Deno.test("exposeServiceCounters() writes both metrics with their labels; the port is its name or number", () => {
   const text = exposeServiceCounters([
+    sample("dns", "connections", 3, ""),
     sample("web", "connections", 7),
     sample("web", "source-range", 2),
-    sample("dns", "connections", 3, ""),
   ]);
   assert.equal(
     text,
