@@ -67,7 +67,7 @@ export interface Context {
   localMatches: string[];
   /** Matches traffic NOT from local pods (all conditions in one rule), or undefined. */
   nonLocalMatch?: string;
-  /** `Plan.serviceCounters`: the table holds the counter maps and their rules. */
+  /** `Plan.serviceCounters`: the counted sets keep element counters and are looked up. */
   counters: boolean;
 }
 

@@ -224,7 +224,7 @@ export const COUNTED_SETS = [
 export type CountedSet = typeof COUNTED_SETS[number];
 
 /**
- * With service counters, every element of the counted sets keeps a counter,
+ * With service counters (the flag is set on the counted skeleton sets above),
  * the connection sets are added, and `services` looks each first packet up
  * in them (a lookup that matches counts; either way the packet goes on). The
  * refusal lookups already exist: the no-endpoint maps count their verdicts,
