@@ -192,6 +192,21 @@ function targets(results: BenchResults): Target[] {
     measured: ct ? fmtMs(ct.reconcileMs) : "not run",
     met: ct ? ct.reconcileMs <= 200 : undefined,
   });
+  for (const on of (results.counters ?? []).filter((r) => r.counters)) {
+    const off = results.counters!.find((r) => r.mode === on.mode && !r.counters);
+    if (off === undefined) continue;
+    const full = on.fullMs / off.fullMs - 1;
+    const change = on.partialMs / off.partialMs - 1;
+    const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(0)} %`;
+    out.push({
+      name: `service counters on, ${on.mode}, ${fmtK(on.services)} × ${on.endpointsPerService}`,
+      goal: "full sync and one change ≤ +10 %; a scrape ≤ 250 ms, ≤ 30 MiB extra",
+      measured: `${pct(full)}, ${pct(change)}; ${fmtMs(on.scrapeMs)}, ${
+        on.scrapeExtraPeakMiB.toFixed(0)
+      } MiB`,
+      met: full <= 0.1 && change <= 0.1 && on.scrapeMs <= 250 && on.scrapeExtraPeakMiB <= 30,
+    });
+  }
   return out;
 }
 
