@@ -25,6 +25,16 @@ import {
 } from "./netns.ts";
 import { testConfig } from "./netns.ts";
 import { TARGET_PORT } from "../../scripts/testbed/plans.ts";
+import {
+  createFaultTopology,
+  ManualSource,
+  type RunningKproxy,
+  sample,
+  startKproxy,
+  waitFor,
+} from "../../scripts/testbed/kproxy.ts";
+import { nodeObject, serviceObject, sliceObject } from "../../scripts/testbed/objects.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 
 const skipReason = await kernelSkipReason(["nft", "conntrack"]);
 const iptablesSkip = await kernelSkipReason(["iptables-nft", "iptables-legacy", "nfacct"]);
@@ -327,3 +337,51 @@ for (const variant of ["nft", "legacy"] as const) {
     },
   });
 }
+
+Deno.test({
+  name: "main() serves real traffic's counts on /metrics and drops a deleted Service's series",
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const topology = await createFaultTopology("c");
+    const [a1] = topology.localPods;
+    const web = serviceObject({ name: "web", clusterIP: "10.96.0.10" });
+    const slice = sliceObject("web", [a1!.ipv4]);
+    const source = ManualSource.listed([nodeObject(), web, slice]);
+    const series =
+      'kproxy_service_connections_total{namespace="default",service="web",port="http",protocol="TCP",ip_family="IPv4"}';
+    let kproxy: RunningKproxy | undefined;
+    try {
+      const executor = new NetnsExecutor({ namespace: topology.node });
+      kproxy = await startKproxy({
+        source,
+        executor,
+        backend: createNftablesBackend({ executor, config: defaultConfig("node-a") }),
+      });
+      await waitFor("the first sync", () => kproxy!.app.proxier.lastSynced !== undefined);
+      const replies = await topology.requests(
+        topology.client,
+        Array(5).fill({ protocol: "TCP", ip: "10.96.0.10", port: 80 }),
+      );
+      assert.ok(replies.every((r) => r.ok), JSON.stringify(replies));
+      // A scrape serves the last reading and refreshes it in the background (≤ 5 s old).
+      await waitFor(
+        "5 connections on /metrics",
+        async () => sample(await kproxy!.metricsText(), series) === 5,
+        15_000,
+      );
+      source.delete(slice);
+      source.delete(web);
+      await waitFor(
+        "the deleted Service's series gone",
+        async () => !(await kproxy!.metricsText()).includes('service="web"'),
+        15_000,
+      );
+    } finally {
+      await kproxy?.stop();
+      await kproxy?.app.backend.cleanup().catch((error) => console.warn(`cleanup: ${error}`));
+      await topology.destroy();
+    }
+  },
+});
