@@ -119,7 +119,7 @@ const MODES: Readonly<Record<ProxyMode, ModeDescriptor>> = {
   },
   iptables: {
     platform: "linux",
-    programs: [...iptablesPrograms(["", "-nft", "-legacy"]), "sysctl"],
+    programs: [...iptablesPrograms(["", "-nft", "-legacy"]), "sysctl", "nfacct"],
     reconcilesConntrack: true,
     syncPeriods: "iptables",
     takeover: {

@@ -22,7 +22,17 @@ import {
   type SyncResult,
 } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
-import { runChecked } from "../../lib/shell/exec.ts";
+import { isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
+import { CountersUnavailableError } from "../../lib/core/backend.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
+import {
+  isFamilyNfacct,
+  NFACCT_NAME,
+  nfacctRestoreInput,
+  nfacctSamples,
+  parseNfacctList,
+  planNfacctNames,
+} from "./counters.ts";
 import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
@@ -61,6 +71,8 @@ const RESTORE_ARGS = ["-w", LOCK_WAIT_SECONDS, "--noflush", "--counters"];
 const RESTORE_TIMEOUT_MS = 300_000;
 const NFT_CHAINS_PER_RESTORE = 2000;
 const CANARY_TABLES: readonly IptablesTable[] = ["mangle", "nat", "filter"];
+/** One read of every nfacct object of the namespace. */
+const NFACCT_LIST = { program: "nfacct", args: ["list"] };
 
 /** Options of {@linkcode createIptablesBackend}. */
 export interface IptablesBackendOptions {
@@ -153,6 +165,53 @@ class IptablesBackend implements Backend {
     };
   }
 
+  async preflight(): Promise<void> {
+    if (!this.#config.serviceCounters) return;
+    try {
+      await this.#listNfacct();
+    } catch (error) {
+      if (!isMissingProgram(error)) throw error;
+      throw new CountersUnavailableError(
+        "Cannot count Service traffic in iptables mode: nfacct is not installed " +
+          "(install it, or set --service-counters=false)",
+      );
+    }
+  }
+
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
+    return nfacctSamples(plans, await this.#listNfacct());
+  }
+
+  async #listNfacct(): Promise<Map<string, number>> {
+    return parseNfacctList((await runChecked(this.#executor, NFACCT_LIST)).stdout);
+  }
+
+  /** Creates the nfacct objects in `names` in one `nfacct restore`; none may exist yet. */
+  async #addNfacct(names: ReadonlySet<string>): Promise<void> {
+    if (names.size === 0) return;
+    await runChecked(this.#executor, {
+      program: "nfacct",
+      args: ["restore"],
+      stdin: nfacctRestoreInput(names),
+    });
+  }
+
+  /** Deletes nfacct objects no rule names any more; one still in use is left for the next full sync. */
+  async #deleteNfacct(names: Iterable<string>): Promise<void> {
+    for (const name of names) {
+      const result = await this.#executor.run({ program: "nfacct", args: ["del", name] });
+      if (result.code !== 0) {
+        logger.debug("Cannot delete nfacct object {name}: {stderr}", {
+          name,
+          stderr: result.stderr.trim(),
+        });
+      }
+    }
+  }
+
   async sync(request: SyncRequest): Promise<SyncResult> {
     const variant = await this.#resolveVariant();
     const parts: string[] = [];
@@ -171,7 +230,8 @@ class IptablesBackend implements Backend {
       const partial = rewriteAll
         ? undefined
         : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
-      const applied = partial ?? await this.#syncFull(plan, programs);
+      const applied = partial ??
+        await this.#syncFull(plan, programs, previous?.serviceCounters === true);
       this.#applied.set(plan.family, plan);
       full ||= partial === undefined;
       const kind = partial === undefined ? "full" : "partial";
@@ -244,12 +304,19 @@ class IptablesBackend implements Backend {
   inspect(plans: Plan[]): KernelInspection {
     const variant = this.#config.iptables.backend === "legacy" ? "legacy" : "nft";
     const mine = plans.filter((plan) => this.#families.has(plan.family));
+    // The rules name nfacct objects, which must exist before they load.
+    const counters = new Set(mine.flatMap((plan) => [...planNfacctNames(plan)]));
     return {
-      load: mine.map((plan) => ({
-        program: iptablesPrograms(variant, plan.family).restore,
-        args: ["-w", "5"],
-        stdin: renderFull(plan, this.#renderOptions).toString(),
-      })),
+      load: [
+        ...(counters.size === 0
+          ? []
+          : [{ program: "nfacct", args: ["restore"], stdin: nfacctRestoreInput(counters) }]),
+        ...mine.map((plan) => ({
+          program: iptablesPrograms(variant, plan.family).restore,
+          args: ["-w", "5"],
+          stdin: renderFull(plan, this.#renderOptions).toString(),
+        })),
+      ],
       list: mine.map((plan) => ({
         program: iptablesPrograms(variant, plan.family).save,
         args: [],
@@ -268,6 +335,8 @@ class IptablesBackend implements Backend {
       keep: options.keepChains,
       owner: "iptables mode",
     });
+    const listed = await this.#listNfacct().catch(() => new Map<string, number>());
+    await this.#deleteNfacct([...listed.keys()].filter((name) => NFACCT_NAME.test(name)));
   }
 
   async #resolveVariant(): Promise<IptablesVariant> {
@@ -278,7 +347,11 @@ class IptablesBackend implements Backend {
     return this.#variant;
   }
 
-  async #syncFull(plan: Plan, programs: IptablesPrograms): Promise<Applied> {
+  async #syncFull(
+    plan: Plan,
+    programs: IptablesPrograms,
+    hadCounters = false,
+  ): Promise<Applied> {
     const localhost = plan.family === "IPv4" && this.#renderOptions.localhostNodePorts === true;
     if (localhost && !this.#routeLocalnetSet) {
       await setSysctls(this.#executor, { "net.ipv4.conf.all.route_localnet": "1" });
@@ -289,6 +362,13 @@ class IptablesBackend implements Backend {
     const filter = await this.#save(programs, "filter");
     const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
     const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
+    const counters = planNfacctNames(plan);
+    // With counters off from the start nfacct is not run at all: objects an
+    // earlier process left go with --cleanup.
+    const existing = plan.serviceCounters === true || hadCounters
+      ? new Set((await this.#listNfacct()).keys())
+      : new Set<string>();
+    await this.#addNfacct(new Set([...counters].filter((name) => !existing.has(name))));
     const sync = renderFullSync(plan, {
       ...this.#renderOptions,
       kernel: {
@@ -304,6 +384,9 @@ class IptablesBackend implements Backend {
     for (const jump of jumps) {
       if (!known.includes(jump)) await this.#ensureJump(programs, jump);
     }
+    await this.#deleteNfacct(
+      [...existing].filter((name) => isFamilyNfacct(name, plan.family) && !counters.has(name)),
+    );
     return applied;
   }
 
@@ -341,8 +424,13 @@ class IptablesBackend implements Backend {
       });
       return undefined;
     }
+    const changedPorts = (plan: Plan) => plan.services.filter((s) => change.changed.has(s.id));
+    const before = planNfacctNames(change.previous, changedPorts(change.previous));
+    const after = planNfacctNames(change.next, changedPorts(change.next));
+    await this.#addNfacct(new Set([...after].filter((name) => !before.has(name))));
     const applied = await this.#apply(programs, sync);
     this.#alternates.set(change.next.family, sync.alternates);
+    await this.#deleteNfacct([...before].filter((name) => !after.has(name)));
     return applied;
   }
 

@@ -6,7 +6,8 @@
  * @module
  */
 
-import type { PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
+import type { Plan, PlanEndpoint, ServiceCounter, ServicePortPlan } from "../../lib/core/plan.ts";
+import { serviceNfacctNames } from "./counters.ts";
 import { type ServiceChainNames, serviceChainNames, servicePortName } from "./names.ts";
 
 /** The chains of one service port, as upstream's `syncProxyRules` arranges them. */
@@ -25,6 +26,8 @@ export interface ServiceLayout {
   usesExternalChain: boolean;
   /** The KUBE-FW chain exists (load-balancer IPs with source ranges, with endpoints). */
   usesFirewallChain: boolean;
+  /** The nfacct objects of the port's counters (`ServicePortPlan.counters`), by counter. */
+  counters: Map<ServiceCounter, string>;
 }
 
 function sameEndpoints(a: readonly PlanEndpoint[], b: readonly PlanEndpoint[]): boolean {
@@ -37,7 +40,7 @@ function sameEndpoints(a: readonly PlanEndpoint[], b: readonly PlanEndpoint[]): 
  * KUBE-SVL, the one with Cluster-policy endpoints KUBE-SVC; when internal and
  * external traffic use the same endpoints they share one chain.
  */
-export function serviceLayout(service: ServicePortPlan): ServiceLayout {
+export function serviceLayout(service: ServicePortPlan, plan: Plan): ServiceLayout {
   const names = serviceChainNames(service);
   const internal = service.internal.endpoints;
   const external = service.external.endpoints;
@@ -60,5 +63,6 @@ export function serviceLayout(service: ServicePortPlan): ServiceLayout {
     usesExternalChain: hasEndpoints && externallyAccessible,
     usesFirewallChain: hasEndpoints && service.loadBalancerIPs.length > 0 &&
       service.sourceRanges.length > 0,
+    counters: serviceNfacctNames(plan, service),
   };
 }

@@ -8,6 +8,7 @@
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { Chains } from "./chains.ts";
 import { serviceLayout } from "./layout.ts";
+import { nfacctMatch } from "./counters.ts";
 import { endpointChainName, endpointString } from "./names.ts";
 import { type ChainRules, comment, dest, ifLocal, ifNotLocal } from "./rules.ts";
 
@@ -44,7 +45,7 @@ export function renderServiceChains(
   plan: Plan,
   largeCluster = false,
 ): ChainRules {
-  const layout = serviceLayout(service);
+  const layout = serviceLayout(service, plan);
   const endpointComment = largeCluster ? () => [] : comment;
   const chains: ChainRules = new Map();
   if (!layout.hasEndpoints) return chains;
@@ -130,6 +131,10 @@ export function renderServiceChains(
     if (!chain || chains.has(chain)) continue;
     const rules: string[][] = [];
     chains.set(chain, rules);
+    // Every connection dispatched to the port enters exactly one of its policy chains, and
+    // leaves it through a DNAT: a match-only first rule counts each once.
+    const connections = layout.counters.get("connections");
+    if (connections !== undefined) rules.push(nfacctMatch(connections));
     if (chain === layout.internalChain && masquerade) {
       for (const ip of service.clusterIPs) {
         rules.push([

@@ -11,6 +11,7 @@ import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { Chains } from "./chains.ts";
 import { type ServiceLayout, serviceLayout } from "./layout.ts";
+import { nfacctMatch } from "./counters.ts";
 import {
   type ChainRules,
   comment,
@@ -70,7 +71,7 @@ export function renderTopLevelChains(
   ]);
 
   for (const service of plan.services) {
-    addServiceEntryRules(service, serviceLayout(service), { nat, filter });
+    addServiceEntryRules(service, serviceLayout(service, plan), { nat, filter });
   }
 
   for (const ip of plan.nodePortAddresses) {
@@ -124,7 +125,13 @@ function addServiceEntryRules(
   const name = layout.portName;
   const emptyComment = (verdict: "reject" | "drop") =>
     verdict === "reject" ? `${name} has no endpoints` : `${name} has no local endpoints`;
-  const target = (verdict: "reject" | "drop") => verdict === "reject" ? "REJECT" : "DROP";
+  const target = (verdict: "reject" | "drop") => [
+    ...nfacctMatch(
+      layout.counters.get(verdict === "reject" ? "no-endpoints" : "no-local-endpoints"),
+    ),
+    "-j",
+    verdict === "reject" ? "REJECT" : "DROP",
+  ];
   const internal = service.internal.whenEmpty;
   const external = service.external.whenEmpty;
   const externalTarget = layout.usesExternalChain ? layout.names.external : undefined;
@@ -141,8 +148,7 @@ function addServiceEntryRules(
       push(filter, Chains.services, [
         ...comment(emptyComment(internal)),
         ...dest(layout, ip, service.port),
-        "-j",
-        target(internal),
+        ...target(internal),
       ]);
     }
   }
@@ -172,8 +178,7 @@ function addServiceEntryRules(
       push(filter, Chains.externalServices, [
         ...comment(emptyComment(external)),
         ...dest(layout, ip, service.port),
-        "-j",
-        target(external),
+        ...target(external),
       ]);
     }
   }
@@ -182,6 +187,7 @@ function addServiceEntryRules(
       push(filter, Chains.proxyFirewall, [
         ...comment(`${name} traffic not accepted by ${layout.names.firewall}`),
         ...dest(layout, ip, service.port),
+        ...nfacctMatch(layout.counters.get("source-range")),
         "-j",
         "DROP",
       ]);
@@ -208,8 +214,7 @@ function addServiceEntryRules(
         "--dst-type",
         "LOCAL",
         ...port,
-        "-j",
-        target(external),
+        ...target(external),
       ]);
     }
   }

@@ -8,6 +8,8 @@
  */
 
 import { ipFamily } from "../../lib/core/ip.ts";
+import { ipvsSamples, LIST_STATS, parseIpvsStats } from "./stats.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import { getLogger } from "@logtape/logtape";
 import {
   type Backend,
@@ -101,6 +103,8 @@ class IpvsBackend implements Backend {
   readonly #drainTimeoutMs?: number;
   readonly #scheduler: string;
   readonly #state = new Map<IpFamily, FamilyState>();
+  /** The plans last applied, for reading their counters. */
+  readonly #applied = new Map<IpFamily, Plan>();
   #started = false;
   #needFull = true;
   #available = false;
@@ -130,8 +134,17 @@ class IpvsBackend implements Backend {
     }
     for (const plan of request.plans) commands += await this.#drain(plan.family);
     this.#needFull = false;
+    for (const plan of request.plans) this.#applied.set(plan.family, plan);
     const services = request.plans.reduce((n, plan) => n + plan.services.length, 0);
     return { full, summary: `${services} service ports, ${commands} commands` };
+  }
+
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    if (!plans.some((plan) => plan.serviceCounters === true)) return [];
+    const listed = await runChecked(this.#executor, LIST_STATS);
+    return ipvsSamples(plans, parseIpvsStats(listed.stdout));
   }
 
   async checkDrift(): Promise<boolean> {
@@ -163,6 +176,7 @@ class IpvsBackend implements Backend {
    * its ipsets (after the rules that use them).
    */
   async cleanup(options: CleanupOptions = {}): Promise<void> {
+    this.#applied.clear();
     this.#state.clear();
     this.#started = false;
     this.#needFull = true;

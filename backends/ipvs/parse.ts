@@ -10,7 +10,7 @@ import type { Protocol } from "../../lib/core/model.ts";
 import { type RealServer, realServerKey, type VirtualServer, virtualServerKey } from "./render.ts";
 
 /** Parses `addr:port` or `[v6addr]:port`. */
-function parseHostPort(text: string): { address: string; port: number } {
+export function parseHostPort(text: string): { address: string; port: number } {
   const match = /^\[([0-9a-fA-F:.]+)\]:(\d+)$/.exec(text) ?? /^([0-9.]+):(\d+)$/.exec(text);
   const address = match?.[1] ?? "";
   const port = Number(match?.[2]);

@@ -30,6 +30,13 @@ import { DEFAULT_TABLE, nftFamily, type RenderOptions, tableRef } from "./contex
 import { renderIncremental } from "./incremental.ts";
 import type { TableRef, Transaction } from "./transaction.ts";
 import { nftServiceOf, parseNftListing } from "./listing.ts";
+import {
+  type CountedElements,
+  listCountedSets,
+  nftCounterSamples,
+  parseCountedSet,
+} from "./counters.ts";
+import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 
 const logger = getLogger(["kproxy", "nftables"]);
 
@@ -113,6 +120,21 @@ class NftablesBackend implements Backend {
       generation,
       dropInvalid: !this.#config.conntrack.tcpBeLiberal,
     };
+  }
+
+  async readServiceCounters(
+    plans: readonly Plan[] = [...this.#applied.values()],
+  ): Promise<ServiceCounterSample[]> {
+    const counted = plans.filter((plan) => plan.serviceCounters === true);
+    const elements = new Map<IpFamily, CountedElements>();
+    for (const plan of counted) {
+      const sets: CountedElements = new Map();
+      for (const { set, command } of listCountedSets(plan, this.#table)) {
+        sets.set(set, parseCountedSet((await runChecked(this.#executor, command)).stdout));
+      }
+      elements.set(plan.family, sets);
+    }
+    return nftCounterSamples(counted, (plan) => elements.get(plan.family)!);
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {

@@ -70,6 +70,8 @@ export interface Context {
   nonLocalMatch?: string;
   /** The node's masquerade for cluster IP traffic (`Plan.clusterIPMasquerade`). */
   clusterIPMasquerade: ClusterIPMasquerade;
+  /** `Plan.serviceCounters`: the counted sets keep element counters and are looked up. */
+  counters: boolean;
 }
 
 export function context(plan: Plan, options: RenderOptions): Context {
@@ -124,6 +126,7 @@ export function context(plan: Plan, options: RenderOptions): Context {
     localMatches,
     nonLocalMatch: negatives.length > 0 ? negatives.join(" ") : undefined,
     clusterIPMasquerade: plan.clusterIPMasquerade,
+    counters: plan.serviceCounters === true,
   };
 }
 

@@ -67,6 +67,7 @@ export function renderIncremental(
   if (plan.family !== previous.family) return undefined;
   if (JSON.stringify(plan.localTraffic) !== JSON.stringify(previous.localTraffic)) return undefined;
   if (plan.clusterIPMasquerade !== previous.clusterIPMasquerade) return undefined;
+  if (plan.serviceCounters !== previous.serviceCounters) return undefined;
   const ctx = context(plan, options);
   const tx = new Transaction(tableRef(plan.family, options.table));
   const before = indexById(previous, changed);

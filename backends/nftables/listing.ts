@@ -173,6 +173,7 @@ function splitElements(text: string): string[] {
     .map((element) =>
       element
         .replace(/\s+(timeout|expires) \S+/g, "")
+        .replace(/\s+counter packets \d+ bytes \d+/g, "")
         .replace(/\s+/g, " ")
         .trim()
     )

@@ -12,6 +12,7 @@ import { getLogger } from "@logtape/logtape";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/core/plan.ts";
 import { collapseCIDRs, parseCIDR } from "../../lib/core/ip.ts";
 import { objectName, serviceNameSuffix } from "./names.ts";
+import { CONNECTION_COUNTERS } from "./skeleton.ts";
 import { Chain, Element, NftSet } from "./transaction.ts";
 
 import { address, type Context, context, port, type RenderOptions } from "./context.ts";
@@ -120,6 +121,7 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     : chainRoutes(ctx, service, externalAddresses.length > 0 || service.nodePort > 0);
 
   const elements: Element[] = [];
+  const countConnections = ctx.counters && (service.counters ?? []).includes("connections");
   const dispatch = (
     sets: DispatchSets,
     key: string[],
@@ -133,6 +135,8 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
     }
     if (traffic.endpoints.length === 0) {
       elements.push(new Element({ set: sets.empty, key, value: verdictWhenEmpty(traffic) }));
+    } else if (countConnections) {
+      elements.push(new Element({ set: sets.connectionCounters, key }));
     }
   };
   const clusterIPs = service.clusterIPs.map((ip) => address(ctx, ip));
@@ -184,23 +188,29 @@ function buildServiceObjects(ctx: Context, service: ServicePortPlan): ServiceObj
   };
 }
 
-/** The maps a dispatch key is written to: its verdict, its slots, and the verdict without endpoints. */
+/**
+ * The maps a dispatch key is written to: its verdict, its slots, the verdict
+ * without endpoints, and the set counting its connections.
+ */
 interface DispatchSets {
   dispatch: "service-ips" | "service-nodeports";
   slots: SlotMap;
   empty: "no-endpoint-services" | "no-endpoint-nodeports";
+  connectionCounters: string;
 }
 
 const ADDRESS_SETS: DispatchSets = {
   dispatch: "service-ips",
   slots: "service-endpoints",
   empty: "no-endpoint-services",
+  connectionCounters: CONNECTION_COUNTERS.address,
 };
 
 const NODE_PORT_SETS: DispatchSets = {
   dispatch: "service-nodeports",
   slots: "nodeport-endpoints",
   empty: "no-endpoint-nodeports",
+  connectionCounters: CONNECTION_COUNTERS.nodePort,
 };
 
 /** Where one kind of traffic of a service port goes: a verdict, and the slot elements it reads. */

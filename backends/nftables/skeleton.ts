@@ -27,6 +27,7 @@ export function skeleton(
 ): { sets: NftSet[]; chains: BaseChain[] } {
   const { ipx, addrType } = ctx;
   const tuple = `${addrType} . inet_proto . inet_service`;
+  const counted = ctx.counters ? { counter: true } : {};
   const sets = [
     new NftSet({
       name: "service-ips",
@@ -44,12 +45,14 @@ export function skeleton(
       name: "no-endpoint-services",
       type: tuple,
       dataType: "verdict",
+      ...counted,
       comment: "drop or reject traffic to services with no endpoints",
     }),
     new NftSet({
       name: "no-endpoint-nodeports",
       type: "inet_proto . inet_service",
       dataType: "verdict",
+      ...counted,
       comment: "drop or reject traffic to node ports with no endpoints",
     }),
     new NftSet({
@@ -68,6 +71,7 @@ export function skeleton(
     new NftSet({
       name: "firewall-ips",
       type: tuple,
+      ...counted,
       comment: "destinations subject to loadBalancerSourceRanges",
     }),
     new NftSet({
@@ -189,7 +193,73 @@ export function skeleton(
       ],
     },
   ];
+  if (ctx.counters) addServiceCounters(ctx, sets, chains);
   return { sets, chains };
+}
+
+/**
+ * The sets whose element counters hold the connections of each dispatch key
+ * (`Plan.serviceCounters`): an element per key that has endpoints.
+ */
+export const CONNECTION_COUNTERS = {
+  address: "connection-counters",
+  nodePort: "nodeport-connection-counters",
+} as const;
+
+/**
+ * The sets and maps whose element counters kproxy reads (`Plan.serviceCounters`):
+ * the two connection sets, the no-endpoint verdict maps (refused packets per
+ * key; the reason is the plan's `whenEmpty` for the key) and `firewall-ips`
+ * (packets dropped by `loadBalancerSourceRanges`).
+ */
+export const COUNTED_SETS = [
+  CONNECTION_COUNTERS.address,
+  CONNECTION_COUNTERS.nodePort,
+  "no-endpoint-services",
+  "no-endpoint-nodeports",
+  "firewall-ips",
+] as const;
+
+/** One of {@linkcode COUNTED_SETS}. */
+export type CountedSet = typeof COUNTED_SETS[number];
+
+/**
+ * With service counters (the flag is set on the counted skeleton sets above),
+ * the connection sets are added, and `services` looks each first packet up
+ * in them (a lookup that matches counts; either way the packet goes on). The
+ * refusal lookups already exist: the no-endpoint maps count their verdicts,
+ * and the firewall rule looks `@firewall-ips` up last, so only the packets
+ * it drops are counted there. No rule is added per service.
+ */
+function addServiceCounters(ctx: Context, sets: NftSet[], chains: BaseChain[]): void {
+  const { ipx } = ctx;
+  const tuple = `${ipx} daddr . meta l4proto . th dport`;
+  sets.push(
+    new NftSet({
+      name: CONNECTION_COUNTERS.address,
+      type: `${ctx.addrType} . inet_proto . inet_service`,
+      counter: true,
+      comment: "connections dispatched, by service address",
+    }),
+    new NftSet({
+      name: CONNECTION_COUNTERS.nodePort,
+      type: "inet_proto . inet_service",
+      counter: true,
+      comment: "connections dispatched, by node port",
+    }),
+  );
+  const rules: Record<string, string[]> = {
+    "services": [
+      `${tuple} @${CONNECTION_COUNTERS.address}`,
+      `${ipx} daddr @nodeport-ips meta l4proto . th dport @${CONNECTION_COUNTERS.nodePort}`,
+    ],
+    "firewall-check": [`${tuple} . ${ipx} saddr != @firewall-allow ${tuple} @firewall-ips drop`],
+  };
+  for (const chain of chains) {
+    const first = rules[chain.name];
+    if (first === undefined) continue;
+    chain.rules = chain.name === "firewall-check" ? first : [...first, ...chain.rules];
+  }
 }
 
 /**

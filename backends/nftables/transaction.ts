@@ -153,6 +153,8 @@ export interface SetOptions {
    */
   typeOf?: boolean;
   flags?: ("interval" | "dynamic" | "timeout")[];
+  /** Every element keeps a counter of the packets its lookups matched. */
+  counter?: boolean;
   /** Default element timeout in seconds. */
   timeoutSeconds?: number;
   size?: number;
@@ -181,12 +183,14 @@ export class NftSet implements NftObject {
   }
 
   write(verb: Verb, where: TableRef): string {
-    const { name, type, dataType, typeOf, flags, timeoutSeconds, size, comment } = this.options;
+    const { name, type, dataType, typeOf, flags, counter, timeoutSeconds, size, comment } =
+      this.options;
     const head = `${verb} ${this.kind} ${where.family} ${where.table} ${name}`;
     if (verb !== "add") return head;
     const declared = typeOf === true ? "typeof" : "type";
     const parts = [`${declared} ${type}${dataType === undefined ? "" : ` : ${dataType}`} ;`];
     if (flags !== undefined && flags.length > 0) parts.push(`flags ${flags.join(",")} ;`);
+    if (counter === true) parts.push("counter ;");
     if (timeoutSeconds !== undefined) parts.push(`timeout ${timeoutSeconds}s ;`);
     if (size !== undefined) parts.push(`size ${size} ;`);
     if (comment !== undefined) parts.push(`comment "${comment}" ;`);

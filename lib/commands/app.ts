@@ -8,7 +8,7 @@
 
 import { getLogger } from "@logtape/logtape";
 import denoJson from "../../deno.json" with { type: "json" };
-import { type Backend, ModeUnavailableError } from "../core/backend.ts";
+import { type Backend, CountersUnavailableError, ModeUnavailableError } from "../core/backend.ts";
 import { createBackend, modeOf } from "../../backends/registry.ts";
 import {
   type CommandLine,
@@ -30,6 +30,7 @@ import { ConnectionLimit } from "../shell/connection_limit.ts";
 import { setupLogging } from "../shell/log.ts";
 import { ProxyMetrics } from "../shell/metrics.ts";
 import { registerProcessMetrics } from "../shell/process_metrics.ts";
+import { registerServiceCounters, ServiceCounterReader } from "../shell/service_counters.ts";
 import { startMetricsServer } from "../shell/servers.ts";
 import { MODE_PROGRAMS } from "../shell/permissions.ts";
 import type { NodePlans } from "../core/plan.ts";
@@ -39,10 +40,10 @@ import { BoundedFrequencyRunner } from "../shell/runner.ts";
 import type { Source } from "../core/source.ts";
 import { Tracker } from "../core/tracker.ts";
 import { kernelDiff } from "./diff.ts";
-import { runExplain } from "./explain/run.ts";
+import { runExplain, type RunExplainOptions } from "./explain/run.ts";
 import { formatServiceDiffs } from "./diff.ts";
 import type { ClusterState } from "../core/state.ts";
-import { countPlans } from "./status/snapshot.ts";
+import { countPlans, summarizeTraffic, type TrafficSummary } from "./status/snapshot.ts";
 import { statusHandler } from "./status/handler.ts";
 import { SyncHistory } from "../shell/sync_history.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
@@ -194,11 +195,17 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
       return await runDemo(commandLine, options);
     case "explain": {
       const state = await loadState(config, options.source);
+      const plannerOptions = plannerOptionsFrom(config, localAddresses());
       return runExplain({
         commandLine,
         io,
         state,
-        plannerOptions: plannerOptionsFrom(config, localAddresses()),
+        plannerOptions,
+        counters: await explainCounters(
+          config,
+          options,
+          planNode({ state, options: plannerOptions }),
+        ),
       });
     }
     case "diff":
@@ -224,6 +231,7 @@ export function plannerOptionsFrom(config: Config, localAddresses: string[]): Pl
     serviceClusterIPRange: config.serviceClusterIPRange,
     externalIPAllowedCIDRs: config.externalIPAllowedCIDRs,
     featureGates: config.featureGates,
+    serviceCounters: config.serviceCounters,
   };
 }
 
@@ -285,8 +293,17 @@ async function cleanup(config: Config, options: AppOptions): Promise<number> {
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
-  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
-  await backend.preflight?.();
+  let backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  try {
+    await backend.preflight?.();
+  } catch (error) {
+    // A missing counting program must not keep a node's Services from being served.
+    if (!(error instanceof CountersUnavailableError)) throw error;
+    logger.warn("{reason}; running without Service counters", { reason: error.message });
+    config = { ...config, serviceCounters: false };
+    backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+    await backend.preflight?.();
+  }
   const source = options.source ?? await createSource(config);
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
   const leftovers = options.backend
@@ -296,6 +313,10 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const health = new ProxyHealth({ healthTimeoutMs: 2 * syncPeriodMs });
   const metrics = new ProxyMetrics({ mode: backend.mode });
   registerProcessMetrics(metrics.registry);
+  const counters = config.serviceCounters && backend.readServiceCounters !== undefined
+    ? new ServiceCounterReader({ read: () => backend.readServiceCounters!(), clock: systemClock })
+    : undefined;
+  if (counters !== undefined) registerServiceCounters(metrics.registry, counters);
   // One cap over every server: a flood of one cannot take the descriptors the others need.
   const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({
@@ -379,6 +400,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
             failedSyncs: history.failures,
             lastFailure: history.lastFailure,
             driftRepairs: proxier.driftRepairs,
+            traffic: counters === undefined ? undefined : trafficNow(counters),
           })),
         },
       });
@@ -411,6 +433,38 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     ]);
   }
   return exitCode;
+}
+
+/**
+ * The node's Service counters for `kproxy explain`, read once from the
+ * kernel by the configured mode; why not when they cannot be read.
+ */
+async function explainCounters(
+  config: Config,
+  options: AppOptions,
+  plans: NodePlans,
+): Promise<RunExplainOptions["counters"]> {
+  if (!config.serviceCounters) return undefined;
+  try {
+    const executor = options.executor ??
+      new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+    const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+    if (backend.readServiceCounters === undefined) {
+      return { unavailable: `the ${config.proxyMode} mode keeps none` };
+    }
+    return { samples: await backend.readServiceCounters([plans.ipv4, plans.ipv6]) };
+  } catch (error) {
+    return { unavailable: error instanceof Error ? error.message : String(error) };
+  }
+}
+
+/**
+ * The status page's traffic summary from the readings already taken; asks
+ * for a new reading (at most one per interval) for the next view.
+ */
+function trafficNow(counters: ServiceCounterReader): TrafficSummary {
+  counters.samples().catch(() => {}); // registerServiceCounters logs failures on /metrics
+  return summarizeTraffic(counters.traffic(), counters.windowSeconds());
 }
 
 /**

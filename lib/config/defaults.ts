@@ -48,6 +48,7 @@ export function defaultConfig(hostname: string): Config {
     interfaceNamePrefix: "",
     nodePortAddresses: ["primary"],
     masqueradeAll: false,
+    serviceCounters: true,
     bindAddress: "0.0.0.0",
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",

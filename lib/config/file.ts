@@ -174,6 +174,7 @@ const FILE_SCHEMA: FileSchema = {
     },
   },
   masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
+  serviceCounters: boolField("serviceCounters", (c, v) => (c.serviceCounters = v)),
   bindAddress: stringField("bindAddress", (c, v, f) => (c.bindAddress = toIP(v, f))),
   healthzBindAddress: stringField(
     "healthzBindAddress",

@@ -279,6 +279,17 @@ const FLAGS: readonly FlagSpec[] = [
     apply: (c, raw, field) => (c.externalIPAllowedCIDRs = toCIDRList(raw, field)),
   },
   {
+    name: "service-counters",
+    group: "Networking",
+    type: "",
+    key: "serviceCounters",
+    help: "kproxy: keep per-Service-port traffic counters in the kernel (connections, and " +
+      "packets refused for no endpoints, no local endpoint or a source range) and export " +
+      "them as kproxy_service_connections_total and kproxy_service_refused_packets_total. " +
+      "Set false for no counter in the rules and no series.",
+    apply: (c, raw, field) => (c.serviceCounters = toBool(raw, field)),
+  },
+  {
     name: "iptables-sync-period",
     group: "iptables",
     type: "duration",

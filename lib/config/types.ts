@@ -101,6 +101,11 @@ export interface Config {
    * ports may use, and so the only ports kproxy may listen on for them.
    */
   serviceNodePortRange: PortRange;
+  /**
+   * kproxy's own --service-counters / `serviceCounters`: keep per-Service-port traffic
+   * counters in the kernel and export them (`kproxy_service_*_total`).
+   */
+  serviceCounters: boolean;
   /** --feature-gates merged over the defaults. */
   featureGates: Record<string, boolean>;
   cleanup: boolean;

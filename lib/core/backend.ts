@@ -10,6 +10,7 @@
 import type { Command } from "./executor.ts";
 import type { Plan } from "./plan.ts";
 import type { IpFamily } from "./model.ts";
+import type { ServiceCounterSample } from "./service_counters.ts";
 
 /** What the runner hands a backend on each sync. */
 export interface SyncRequest {
@@ -59,6 +60,18 @@ export class ModeUnavailableError extends Error {
   }
 }
 
+/**
+ * Thrown by {@linkcode Backend.preflight} when the mode can run but cannot
+ * count Service traffic (a program it counts with is missing): kproxy warns
+ * once and runs on as with `--service-counters=false`.
+ */
+export class CountersUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "CountersUnavailableError";
+  }
+}
+
 /** What {@linkcode Backend.cleanup} leaves in place. */
 export interface CleanupOptions {
   /**
@@ -86,6 +99,12 @@ export interface Backend {
    * nothing else: never a whole table or IPVS state it did not create.
    */
   cleanup(options?: CleanupOptions): Promise<void>;
+  /**
+   * Reads the per-Service-port counters (`Plan.serviceCounters`) of `plans`,
+   * by default the last applied ones, in one kernel read; absent in modes
+   * that keep none.
+   */
+  readServiceCounters?(plans?: readonly Plan[]): Promise<ServiceCounterSample[]>;
   /** For `kproxy diff`: how to load these plans in full, and how to list what is loaded. */
   inspect?(plans: Plan[]): KernelInspection;
 }

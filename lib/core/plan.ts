@@ -61,6 +61,27 @@ export type LocalTrafficDetector =
   | { mode: "InterfaceNamePrefix"; interfaces: string[] }
   | { mode: "None" };
 
+/**
+ * A traffic counter kept in the kernel for one service port of one family:
+ * - "connections": first packets sent to an endpoint (what the NAT path sees);
+ * - "no-endpoints": packets refused because the service has no endpoint;
+ * - "no-local-endpoints": packets dropped by a Local traffic policy with no local endpoint;
+ * - "source-range": packets to a load-balancer IP dropped by `loadBalancerSourceRanges`.
+ */
+export type ServiceCounter =
+  | "connections"
+  | "no-endpoints"
+  | "no-local-endpoints"
+  | "source-range";
+
+/** Every {@linkcode ServiceCounter}, in exposition order. */
+export const SERVICE_COUNTERS: readonly ServiceCounter[] = [
+  "connections",
+  "no-endpoints",
+  "no-local-endpoints",
+  "source-range",
+];
+
 /** One service port of one IP family: the unit every backend programs. */
 export interface ServicePortPlan {
   /** Stable id: `namespace/name:portName/protocol` (portName may be ""). */
@@ -113,6 +134,12 @@ export interface ServicePortPlan {
    * stale (lib/core/conntrack.ts), as in kube-proxy's conntrack reconciler.
    */
   servingEndpoints: PlanEndpoint[];
+  /**
+   * The counters the backend keeps for this port (`--service-counters`), in
+   * {@linkcode SERVICE_COUNTERS} order; absent or empty means none. They depend
+   * on the Service only, never on its endpoints, so they survive endpoint changes.
+   */
+  counters?: ServiceCounter[];
 }
 
 /** Everything one IP family of the node needs, for one sync. */
@@ -128,6 +155,8 @@ export interface Plan {
   clusterIPMasquerade: ClusterIPMasquerade;
   /** Service ports, sorted by id. */
   services: ServicePortPlan[];
+  /** `--service-counters`: the backend keeps `ServicePortPlan.counters`. Absent means off. */
+  serviceCounters?: boolean;
 }
 
 /** The plans for both families; a family without services or node address still has a Plan. */

@@ -24,8 +24,14 @@ import {
 } from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
-import type { LocalTrafficDetector, NodePlans, Plan, ServicePortPlan } from "./plan.ts";
-import { servicePortId } from "./plan.ts";
+import type {
+  LocalTrafficDetector,
+  NodePlans,
+  Plan,
+  ServiceCounter,
+  ServicePortPlan,
+} from "./plan.ts";
+import { SERVICE_COUNTERS, servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
 
@@ -51,6 +57,8 @@ export interface PlannerOptions {
   /** Empty means every declared externalIP is honoured. */
   externalIPAllowedCIDRs: string[];
   featureGates: Record<string, boolean>;
+  /** `--service-counters`: keep per-service-port traffic counters in the kernel. @default {false} */
+  serviceCounters?: boolean;
 }
 
 /** Input of {@linkcode planNode}. */
@@ -132,6 +140,7 @@ export function planNode(input: PlanInput): NodePlans {
         ? "none"
         : "non-local",
       services,
+      ...(options.serviceCounters === true ? { serviceCounters: true } : {}),
     };
   });
   return { ipv4: plans[0]!, ipv6: plans[1]! };
@@ -320,9 +329,31 @@ function planService(
       externalLocal,
       localReadyEndpoints: categorized.localReadyEndpoints,
       servingEndpoints: categorized.serving,
+      ...(options.serviceCounters === true
+        ? {
+          counters: serviceCounters({
+            localPolicy: externalLocal || service.internalTrafficPolicy === "Local",
+            sourceRanges: sourceRanges.length > 0 && loadBalancerIPs.length > 0,
+          }),
+        }
+        : {}),
     });
   }
   return plans;
+}
+
+/**
+ * The counters of a service port: connections and no-endpoint refusals always
+ * (any port may lose its endpoints), the others only where their rule exists.
+ */
+function serviceCounters(has: { localPolicy: boolean; sourceRanges: boolean }): ServiceCounter[] {
+  return SERVICE_COUNTERS.filter((counter) =>
+    counter === "no-local-endpoints"
+      ? has.localPolicy
+      : counter === "source-range"
+      ? has.sourceRanges
+      : true
+  );
 }
 
 /**

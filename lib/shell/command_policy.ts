@@ -228,11 +228,44 @@ const ipsetRule: ProgramRule = (args) => {
 
 const ipvsadmRule: ProgramRule = (args) => {
   const text = args.join(" ");
-  if (["-Ln", "-Sn", "--restore", "-R"].includes(text)) return OK;
+  if (["-Ln", "-Sn", "--restore", "-R", "-Ln --stats --exact"].includes(text)) return OK;
   if (args[0] === "--set" && args.length === 4 && args.slice(1).every((n) => NUMBER.test(n))) {
     return OK;
   }
   return refuse(`ipvsadm may only list, restore from stdin or set timeouts, not "${text}"`);
+};
+
+// nfacct ---------------------------------------------------------------------
+
+/** An nfacct object name (the kernel allows 31 characters). */
+const NFACCT_OBJECT = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,30}";
+const NFACCT_NAME = new RegExp(`^${NFACCT_OBJECT}$`);
+/** One line of `nfacct restore` input (`nfacct list` output), or the empty last one. */
+const NFACCT_RESTORE_LINE = new RegExp(
+  `^(?:\\{ pkts = \\d{1,20}, bytes = \\d{1,20} \\} = ${NFACCT_OBJECT};)?$`,
+);
+
+/** nfacct lists its objects, adds or deletes one, or restores objects read from stdin. */
+const nfacctRule: ProgramRule = (args) => {
+  const [command = "", ...rest] = args;
+  if (command === "list" && rest.length === 0) return OK;
+  if ((command === "add" || command === "del") && rest.length === 1 && NFACCT_NAME.test(rest[0]!)) {
+    return OK;
+  }
+  if (command === "restore" && rest.length === 0) {
+    return {
+      lines: true,
+      script: (line) =>
+        NFACCT_RESTORE_LINE.test(line)
+          ? undefined
+          : `its line "${line.slice(0, 80)}" is not an nfacct object at a count`,
+    };
+  }
+  return refuse(
+    `nfacct may only list, add or delete one object, or restore from stdin, not "${
+      args.join(" ")
+    }"`,
+  );
 };
 
 // conntrack ------------------------------------------------------------------
@@ -298,6 +331,7 @@ export const KPROXY_COMMAND_POLICY: CommandPolicy = Object.freeze({
   ipset: ipsetRule,
   ipvsadm: ipvsadmRule,
   conntrack: conntrackRule,
+  nfacct: nfacctRule,
   sysctl: sysctlRule,
   "powershell.exe": powershellRule,
   pwsh: powershellRule,

@@ -29,6 +29,7 @@ import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
+import { benchCounters } from "./counters.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
   type BenchResults,
@@ -51,6 +52,7 @@ export const SECTIONS = [
   "takeover",
   "manifests",
   "conntrack",
+  "counters",
 ] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
@@ -74,6 +76,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   if (name.startsWith("takeover")) return has("takeover");
   if (name.startsWith("manifests")) return has("manifests");
   if (name.startsWith("conntrack reconcile")) return has("conntrack");
+  if (name.startsWith("service counters")) return has("counters");
   return false;
 }
 
@@ -357,6 +360,16 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       results.conntrack = await benchConntrack();
     });
   }
+  if (has("counters")) {
+    await section(results, "service counters, off vs on", async () => {
+      // Five alternating runs: one-change times vary by ±20 % between runs of three here.
+      results.counters = await benchCounters({
+        services: tenK,
+        endpointsPerService: ENDPOINTS_PER_SERVICE,
+        runs: 5,
+      });
+    });
+  }
   return results;
 }
 
@@ -433,6 +446,7 @@ export function merge(
     );
   }
   if (has("conntrack")) merged.conntrack = fresh.conntrack;
+  if (has("counters")) merged.counters = fresh.counters;
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,

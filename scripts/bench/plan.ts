@@ -58,7 +58,7 @@ function service(index: number, endpoints: PlanEndpoint[], affinity: boolean): S
 export function benchPlan(
   count: number,
   perService: number,
-  options: { shift?: number; affinityEvery?: number } = {},
+  options: { shift?: number; affinityEvery?: number; counters?: boolean } = {},
 ): Plan {
   const services: ServicePortPlan[] = [];
   for (let i = 0; i < count; i++) {
@@ -69,7 +69,10 @@ export function benchPlan(
     }
     endpoints.sort((a, b) => a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0);
     const every = options.affinityEvery ?? 0;
-    services.push(service(i, endpoints, every > 0 && i % every === 0));
+    const port = service(i, endpoints, every > 0 && i % every === 0);
+    // The counters the planner gives a ClusterIP port (lib/core/planner.ts).
+    if (options.counters === true) port.counters = ["connections", "no-endpoints"];
+    services.push(port);
   }
   return {
     family: "IPv4",
@@ -79,6 +82,7 @@ export function benchPlan(
     localTraffic: { mode: "ClusterCIDR", cidrs: ["10.244.0.0/16"] },
     clusterIPMasquerade: "non-local",
     services,
+    ...(options.counters === true ? { serviceCounters: true } : {}),
   };
 }
 

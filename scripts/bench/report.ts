@@ -24,6 +24,7 @@ import {
   type KubeProxyFigure,
   kubeProxyFigure,
 } from "./kube_proxy.ts";
+import type { CountersRow } from "./counters.ts";
 
 /** The machine a run was measured on. */
 export interface MachineInfo {
@@ -68,6 +69,8 @@ export interface BenchResults {
   manifests?: ManifestsRow[];
   /** The conntrack reconcile (absent from runs before it existed). */
   conntrack?: ConntrackRow[];
+  /** Service counters off vs on (absent from runs before they existed). */
+  counters?: CountersRow[];
   /** Sections that failed, with the error. */
   errors: string[];
   /** Notes from profiling, written by hand into the run (see main.ts). */
@@ -296,6 +299,21 @@ function earlierTargets(results: BenchResults): Target[] {
     measured: ct ? fmtMs(ct.reconcileMs) : "not run",
     met: ct ? ct.reconcileMs <= 200 : undefined,
   });
+  for (const on of (results.counters ?? []).filter((r) => r.counters)) {
+    const off = results.counters!.find((r) => r.mode === on.mode && !r.counters);
+    if (off === undefined) continue;
+    const full = on.fullMs / off.fullMs - 1;
+    const change = on.partialMs / off.partialMs - 1;
+    const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(0)} %`;
+    out.push({
+      name: `service counters on, ${on.mode}, ${fmtK(on.services)} × ${on.endpointsPerService}`,
+      goal: "full sync and one change ≤ +10 %; a scrape ≤ 250 ms, ≤ 30 MiB extra",
+      measured: `${pct(full)}, ${pct(change)}; ${fmtMs(on.scrapeMs)}, ${
+        on.scrapeExtraPeakMiB.toFixed(0)
+      } MiB`,
+      met: full <= 0.1 && change <= 0.1 && on.scrapeMs <= 250 && on.scrapeExtraPeakMiB <= 30,
+    });
+  }
   return out;
 }
 
@@ -600,6 +618,46 @@ function conntrackSection(results: BenchResults): string {
   );
 }
 
+function countersSection(results: BenchResults): string {
+  const rows = results.counters ?? [];
+  const off = (row: CountersRow) =>
+    rows.find((r) => r.mode === row.mode && !r.counters && r.services === row.services);
+  const change = (value: number, base: number | undefined) =>
+    base === undefined || !Number.isFinite(value) || !Number.isFinite(base) || base === 0
+      ? ""
+      : ` (${value >= base ? "+" : ""}${((value / base - 1) * 100).toFixed(0)} %)`;
+  return table(
+    [
+      "mode",
+      "Services",
+      "counters",
+      "full sync",
+      "one change",
+      "full input",
+      "kernel read (background, once per interval)",
+      "one scrape (text from the last read)",
+      "read + scrape extra peak RSS",
+      "series",
+    ],
+    rows.map((r) => {
+      const base = r.counters ? off(r) : undefined;
+      return [
+        r.mode,
+        fmtK(r.services),
+        r.counters ? "on" : "off",
+        fmtMs(r.fullMs) + change(r.fullMs, base?.fullMs),
+        fmtMs(r.partialMs) + change(r.partialMs, base?.partialMs),
+        `${(r.inputBytes / 2 ** 20).toFixed(2)} MiB, ${r.inputLines} lines` +
+        change(r.inputBytes, base?.inputBytes),
+        r.counters ? fmtMs(r.readMs) : "–",
+        r.counters ? fmtMs(r.scrapeMs) : "–",
+        r.counters ? `${r.scrapeExtraPeakMiB.toFixed(1)} MiB` : "–",
+        String(r.series),
+      ];
+    }),
+  );
+}
+
 /** `docs/BENCHMARKS.md`. */
 export function renderMarkdown(results: BenchResults): string {
   const m = results.machine;
@@ -621,7 +679,7 @@ export function renderMarkdown(results: BenchResults): string {
     "one machine, each beside its baseline from the same run (sections re-measured on their own",
     'with `--only` say when, under "Profile and next steps"). Re-run it to refresh this page;',
     "`--quick` measures 1k and 10k only,",
-    "`--only=fullsync,change,startup,storm,memory,datapath,takeover,manifests,conntrack`",
+    "`--only=fullsync,change,startup,storm,memory,datapath,takeover,manifests,conntrack,counters`",
     "picks sections. The raw figures are in `docs/bench-results.json`",
     "(`deno task bench --from-json=docs/bench-results.json` re-renders this page).",
     "",
@@ -813,6 +871,24 @@ export function renderMarkdown(results: BenchResults): string {
       '"heap kept" is the JS heap after them (after a GC) minus before.',
       "",
       conntrackSection(results),
+      "",
+    );
+  }
+  if (results.counters) {
+    parts.push(
+      "## Service counters",
+      "",
+      "`--service-counters` (issue 28) off and on in the same run, at 10k ClusterIP Services × 10",
+      "endpoints, alternating fresh namespaces (`scripts/bench/counters.ts`, medians of the runs).",
+      "Full sync and one change go through the backend as in the sections above. The kernel read",
+      "(nftables: one `nft -j list set` per counted set; iptables: one `nfacct list`; parsed into",
+      "samples) runs in the background at most once per 5 s while someone scrapes; a scrape",
+      "serves the text of the last reading and never waits for the kernel (only the first one",
+      "does). Both run in a process of their own; the extra peak RSS is the high-water mark after",
+      "them minus the RSS before, the mark reset first (`/proc/self/clear_refs`). Targets: sync",
+      "times within +10 %, a scrape ≤ 250 ms and ≤ 30 MiB.",
+      "",
+      countersSection(results),
       "",
     );
   }

@@ -47,6 +47,7 @@ export const DEBIAN_ROOTS: readonly string[] = [
   "libc6",
   "libgcc-s1",
   "netbase",
+  "nfacct",
   "nftables",
   "procps",
 ];

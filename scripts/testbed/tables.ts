@@ -57,7 +57,10 @@ export async function canonicalTable(
       const spec = JSON.stringify([item.set ? "set" : "map", set.type, set.map, set.flags]);
       const elements = set.name === "canary"
         ? ["generation N"]
-        : ((set.elem ?? []) as unknown[]).map((element) => JSON.stringify(element)).sort();
+        // Element counters (--service-counters) are traffic, not state.
+        : ((set.elem ?? []) as unknown[]).map((element) =>
+          JSON.stringify(element, (key, value) => key === "counter" ? {} : value)
+        ).sort();
       canonical.sets[set.name] = { spec, elements };
     }
   }

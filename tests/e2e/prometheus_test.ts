@@ -220,7 +220,7 @@ Deno.test({
           const healthy = async () => {
             const rules = await api("rules", {});
             const all = rules.data.groups.flatMap((group: any) => group.rules);
-            return all.length === 5 &&
+            return all.length === 6 &&
               all.every((rule: any) => rule.health === "ok" && rule.evaluationTime !== undefined);
           };
           await waitFor(healthy, 20_000, "every rule evaluated with health ok");

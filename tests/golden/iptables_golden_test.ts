@@ -13,6 +13,8 @@ import type { IptablesRenderOptions } from "../../backends/iptables/rules.ts";
 import { renderPartialSync } from "../../backends/iptables/partial.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { GOLDEN_CASES, PARTIAL_CASES } from "./iptables/fixtures.ts";
+import { nfacctRestoreInput, planNfacctNames } from "../../backends/iptables/counters.ts";
+import { spawnCommand } from "../../lib/shell/exec.ts";
 import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 
 const GOLDEN_DIR = new URL("./iptables/", import.meta.url);
@@ -76,6 +78,14 @@ Deno.test({
   fn: async (t) => {
     const checker = await NetnsChecker.create("kp-ipt");
     try {
+      // Rules name nfacct objects that must exist (the backend creates them first).
+      const counters = nfacctRestoreInput(planNfacctNames(GOLDEN_CASES.service_counters!));
+      const nfacct = await spawnCommand({
+        program: "ip",
+        args: ["netns", "exec", checker.name, "nfacct", "restore"],
+        stdin: counters,
+      });
+      assert.equal(nfacct.code, 0, nfacct.stderr);
       for (const variant of VARIANTS) {
         for (const { name, family, setup, script } of RENDERED) {
           await t.step(`${variant}: ${name}`, async () => {

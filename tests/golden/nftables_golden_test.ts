@@ -9,7 +9,14 @@ import { renderFull } from "../../backends/nftables/render.ts";
 import { parseCanaryGeneration } from "../../backends/nftables/skeleton.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import type { ServicePortPlan } from "../../lib/core/plan.ts";
-import { endpoint, GOLDEN_PLANS, incrementalCase, plan, servicePort } from "./nftables/fixtures.ts";
+import {
+  endpoint,
+  GOLDEN_PLANS,
+  incrementalCase,
+  plan as planOf,
+  servicePort,
+  withCounters,
+} from "./nftables/fixtures.ts";
 import { nftUnavailable, withNftNamespace } from "./nftables/nft_check.ts";
 
 const DIR = new URL("./nftables/", import.meta.url);
@@ -79,10 +86,13 @@ Deno.test({
   },
 });
 
+for (const counters of [false, true]) {
 Deno.test({
-  name: "renderIncremental() sequences apply cleanly over real nft",
+  name: `renderIncremental() sequences apply cleanly over real nft${counters ? " with counters" : ""}`,
   ignore: noNft !== undefined,
   fn: async (t) => {
+    const plan = (services: ServicePortPlan[]) =>
+      planOf(counters ? services.map(withCounters) : services, { counters });
     const base = servicePort("ns1", "seq", {
       affinityTimeoutSeconds: 60,
       nodePort: 30200,
@@ -130,6 +140,15 @@ Deno.test({
         const inFull = new Set(expected.match(new RegExp(`\\b${name}[^\\s,:]+`, "g")));
         assert.deepEqual([...inKernel].sort(), [...inFull].sort(), `${name} objects match a full render`);
       }
+      if (counters) {
+        // Both service ports have endpoints again: each cluster IP key counts its connections.
+        for (const ip of ["172.30.0.10", "172.30.0.99"]) {
+          assert.match(listing, new RegExp(`${ip.replaceAll(".", "\\.")} \\. tcp \\. 80 counter packets 0`));
+        }
+      } else {
+        assert.doesNotMatch(listing, /counter/);
+      }
     });
   },
 });
+}

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import type { Backend } from "../../lib/core/backend.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { servicePortId } from "../../lib/core/plan.ts";
-import { planNode } from "../../lib/core/planner.ts";
+import { type PlannerOptions, planNode } from "../../lib/core/planner.ts";
 import type { ObjectKind } from "../../lib/core/source.ts";
 import { Tracker } from "../../lib/core/tracker.ts";
 import { endpointOf, plans, servicePort, TARGET_PORT } from "../../scripts/testbed/plans.ts";
@@ -72,7 +72,10 @@ export interface KernelCase {
  * through the parsers, the tracker and the planner, with the topology's node,
  * pod and service addresses: for cases about what the parsers refuse.
  */
-export function plannedFromObjects(objects: Record<string, unknown>[]): Plan[] {
+export function plannedFromObjects(
+  objects: Record<string, unknown>[],
+  options: Partial<PlannerOptions> = {},
+): Plan[] {
   const tracker = new Tracker({ nodeName: "node-a", clock: { now: () => 0 } });
   for (const object of objects) {
     tracker.apply({ type: "upsert", kind: object.kind as ObjectKind, object });
@@ -92,6 +95,7 @@ export function plannedFromObjects(objects: Record<string, unknown>[]): Plan[] {
       serviceClusterIPRange: [ADDRESSES.serviceCIDRV4, ADDRESSES.serviceCIDRV6],
       externalIPAllowedCIDRs: [],
       featureGates: {},
+      ...options,
     },
   });
   return [plans.ipv4, plans.ipv6];

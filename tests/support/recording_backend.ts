@@ -5,7 +5,9 @@
  * @module
  */
 
+import { counterSamples, type ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
+import type { Plan } from "../../lib/core/plan.ts";
 
 /** Decides whether a sync fails: return or throw an Error to fail it. */
 export type FailureInjector = (request: SyncRequest, index: number) => Error | undefined;
@@ -75,6 +77,11 @@ export class RecordingBackend implements Backend {
       full: request.full,
       summary: `${request.plans.reduce((n, p) => n + p.services.length, 0)} service ports`,
     });
+  }
+
+  /** Every counter of the last applied plans (or `plans`), at zero: no kernel counts here. */
+  readServiceCounters(plans?: readonly Plan[]): Promise<ServiceCounterSample[]> {
+    return Promise.resolve(counterSamples(plans ?? this.lastApplied?.plans ?? [], () => 0));
   }
 
   /** Counts the call. */

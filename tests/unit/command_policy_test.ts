@@ -117,6 +117,16 @@ Deno.test("commandRefusal() refuses arguments and scripts that name a file or ru
     ],
     ["ipset -file", { program: "ipset", args: ["save", "-file", "/etc/x"] }, /"-file"/],
     ["ipset restore -f", { program: "ipset", args: ["restore", "-f", "/etc/x"] }, /"-f"/],
+    [
+      "nfacct flush (deletes every unused object)",
+      { program: "nfacct", args: ["flush"] },
+      /nfacct/,
+    ],
+    [
+      "nfacct restore of a line that is not an object",
+      { program: "nfacct", args: ["restore"], stdin: "include /etc/shadow\n" },
+      /nfacct object/,
+    ],
     ["ipvsadm sync daemon", { program: "ipvsadm", args: ["--start-daemon", "master"] }, /ipvsadm/],
     [
       "ipvsadm -C (clears every virtual server on the host)",
@@ -206,6 +216,13 @@ Deno.test("commandRefusal() allows the command shapes kproxy uses", () => {
     { program: "ipvsadm", args: ["--restore"], stdin: "-A -t 10.96.0.1:80 -s rr\n" },
     { program: "sysctl", args: ["-w", "net.bridge.bridge-nf-call-iptables=1"] },
     { program: "sysctl", args: ["-n", "net.ipv4.conf.all.route_localnet"] },
+    { program: "nfacct", args: ["list"] },
+    { program: "nfacct", args: ["del", "KP-CONN4-ABCDEFGHIJKLMNOP"] },
+    {
+      program: "nfacct",
+      args: ["restore"],
+      stdin: "{ pkts = 00000000000000000000, bytes = 00000000000000000000 } = KP-NOEP6-A;\n",
+    },
   ];
   for (const command of allowed) assert.equal(refusal(command), undefined, JSON.stringify(command));
 });

@@ -58,6 +58,7 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["interfaceNamePrefix", ""],
     ["nodePortAddresses", ["primary"]],
     ["masqueradeAll", false],
+    ["serviceCounters", true],
     ["bindAddress", "0.0.0.0"],
     ["healthzBindAddress", "0.0.0.0:10256"],
     ["metricsBindAddress", "127.0.0.1:10249"],
@@ -140,6 +141,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ]],
   ["nodeport-addresses", "", "nodePortAddresses", []],
   ["masquerade-all", "true", "masqueradeAll", true],
+  ["service-counters", "false", "serviceCounters", false],
   ["bind-address", "192.168.1.10", "bindAddress", "192.168.1.10"],
   ["bind-address", "::", "bindAddress", "::"],
   ["healthz-bind-address", "[::]:10256", "healthzBindAddress", "[::]:10256"],
@@ -460,6 +462,19 @@ Deno.test("parseCommandLine() masquerades all when any of the file's masqueradeA
   }
   const nft = `${HEADER}nftables:\n  masqueradeAll: true\n`;
   assert.equal(parse(["--config=/c"], { "/c": nft }).config.masqueradeAll, true);
+});
+
+Deno.test("parseCommandLine() reads serviceCounters from the file, and the flag overrides it", () => {
+  const file = { "/c": `${HEADER}serviceCounters: false\n` };
+  assert.equal(parse(["--config=/c"], file).config.serviceCounters, false);
+  assert.equal(
+    parse(["--config=/c", "--service-counters=true"], file).config.serviceCounters,
+    true,
+  );
+  assert.throws(
+    () => parse(["--config=/c"], { "/c": `${HEADER}serviceCounters: often\n` }),
+    /serviceCounters/,
+  );
 });
 
 Deno.test("parseCommandLine() lets flags on the command line override the file", () => {

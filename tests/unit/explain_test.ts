@@ -726,3 +726,45 @@ Deno.test("runExplain() prints the answer, or the error with exit code 2", () =>
   assert.equal(bad, 2);
   assert.match(err.join(""), /^kproxy: Cannot parse DEST "10\.96\.0\.10": missing ':PORT'/);
 });
+
+Deno.test("runExplain() prints the traced service port's counters, or why there are none", () => {
+  const state = loadState();
+  const run = (counters: Parameters<typeof runExplain>[0]["counters"]) => {
+    const out: string[] = [];
+    runExplain({
+      commandLine: { args: ["10.96.0.10:80"], explain: { from: "", node: "node-a" } },
+      io: { stdout: (s: string) => out.push(s), stderr: () => {} },
+      state,
+      plannerOptions: plannerOptions(),
+      counters,
+    });
+    return out.join("");
+  };
+  const service = {
+    id: "default/web:http/TCP",
+    namespace: "default",
+    name: "web",
+    portName: "http",
+    port: 80,
+    protocol: "TCP" as const,
+  };
+  const text = run({
+    samples: [
+      { service, family: "IPv4", counter: "connections", packets: 12 },
+      { service, family: "IPv4", counter: "no-endpoints", packets: 3 },
+      { service, family: "IPv6", counter: "connections", packets: 99 },
+      {
+        service: { ...service, id: "default/other:http/TCP" },
+        family: "IPv4",
+        counter: "connections",
+        packets: 7,
+      },
+    ],
+  });
+  assert.match(text, /\n {2}counters: {9}connections 12; refused packets: no-endpoints 3\n$/);
+  assert.match(
+    run({ unavailable: "nft: Operation not permitted" }),
+    /counters: {9}unavailable: nft/,
+  );
+  assert.doesNotMatch(run(undefined), /counters:/);
+});

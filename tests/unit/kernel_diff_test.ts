@@ -18,6 +18,13 @@ const NFT = `table ip kproxy {
 		elements = { 0x00000007 }
 	}
 
+	set connection-counters {
+		type ipv4_addr . inet_proto . inet_service
+		counter
+		elements = { 10.96.0.10 . tcp . 80 counter packets 12 bytes 720,
+			     10.96.0.53 . udp . 53 counter packets 0 bytes 0 }
+	}
+
 	map aff-default/sticky/tcp/http {
 		type ipv4_addr : ipv4_addr
 		size 65535
@@ -43,6 +50,12 @@ Deno.test("parseNftListing() keeps rules and elements, drops handles, counters a
   assert.ok(ips.has("10.96.0.10 . tcp . 80 : goto svc-default/web/tcp/http"));
   assert.equal([...ips].filter((line) => line.includes(" : goto ")).length, 2);
   assert.ok(![...listing.get("ip set canary")!].some((line) => line.includes("0x")));
+  assert.deepEqual([...listing.get("ip set connection-counters")!], [
+    "type ipv4_addr . inet_proto . inet_service",
+    "counter",
+    "10.96.0.10 . tcp . 80",
+    "10.96.0.53 . udp . 53",
+  ], "element counters are traffic, not state to diff");
   const affinity = [...listing.get("ip map aff-default/sticky/tcp/http")!];
   assert.ok(!affinity.some((line) => line.includes("10.244.1.10")), "learned elements ignored");
 });

@@ -1281,3 +1281,40 @@ Deno.test("planNode() incremental result equals a full replan for random changes
     { numRuns: 300 },
   );
 });
+
+// ---------------------------------------------------------------- service counters
+
+Deno.test("planNode() decides each service port's counters from the Service alone", () => {
+  const lb = service({
+    name: "lb",
+    type: "LoadBalancer",
+    ports: [port({ nodePort: 30080 })],
+    loadBalancerIngress: [{ ip: "192.0.2.10", ipMode: "VIP" }],
+    loadBalancerSourceRanges: ["198.51.100.0/24"],
+    externalTrafficPolicy: "Local",
+  });
+  const plans = plan({ services: [lb] }, { serviceCounters: true });
+  assert.equal(plans.ipv4.serviceCounters, true);
+  assert.deepEqual(only(plans).counters, [
+    "connections",
+    "no-endpoints",
+    "no-local-endpoints",
+    "source-range",
+  ]);
+  const cluster = plan({
+    services: [service({ name: "web" })],
+    slices: [slice({ service: "web", endpoints: [endpoint({ ip: "10.244.1.5" })] })],
+  }, { serviceCounters: true });
+  assert.deepEqual(only(cluster).counters, ["connections", "no-endpoints"]);
+  const local = plan(
+    { services: [service({ name: "web", internalTrafficPolicy: "Local" })] },
+    { serviceCounters: true },
+  );
+  assert.deepEqual(only(local).counters, ["connections", "no-endpoints", "no-local-endpoints"]);
+});
+
+Deno.test("planNode() plans no counter with service counters off", () => {
+  const plans = plan({ services: [service({ name: "web" })] }, { serviceCounters: false });
+  assert.equal(plans.ipv4.serviceCounters, undefined);
+  assert.equal(only(plans).counters, undefined);
+});

@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
 import { servicePortPlan } from "../../scripts/testbed/plans.ts";
-import { countPlan, countPlans, type StatusSnapshot } from "../../lib/commands/status/snapshot.ts";
+import {
+  countPlan,
+  countPlans,
+  type StatusSnapshot,
+  summarizeTraffic,
+  TOP_TRAFFIC,
+} from "../../lib/commands/status/snapshot.ts";
 import { escapeHtml, formatUptime, renderStatusHtml } from "../../lib/commands/status/html.ts";
 import { statusHandler } from "../../lib/commands/status/handler.ts";
 import { SyncHistory } from "../../lib/shell/sync_history.ts";
@@ -243,4 +249,32 @@ Deno.test("renderStatusHtml() renders a proxy that never synced", () => {
   assert.match(html, /No failed sync since start\./);
   assert.match(html, /<span class="bad">unhealthy<\/span>/);
   assert.match(html, /<li><b>Last sync<\/b><span>never<\/span><\/li>/);
+});
+
+Deno.test("summarizeTraffic() picks the busiest ports and the top refusers", () => {
+  const traffic = Array.from({ length: 12 }, (_, i) => ({
+    key: `ns/s${String(i).padStart(2, "0")}:http/TCP IPv4`,
+    connectionsPerSecond: i,
+    refusedPackets: i % 3 === 0 ? 0 : 100 - i,
+  }));
+  const summary = summarizeTraffic(traffic, 60);
+  assert.equal(summary.busiest.length, TOP_TRAFFIC);
+  assert.equal(summary.busiest[0]!.key, "ns/s11:http/TCP IPv4");
+  assert.ok(summary.busiest.every((t) => t.connectionsPerSecond > 0));
+  assert.equal(summary.refusers[0]!.key, "ns/s01:http/TCP IPv4");
+  assert.ok(summary.refusers.every((t) => t.refusedPackets > 0));
+});
+
+Deno.test("renderStatusHtml() shows traffic by Service and top refusers, escaped", () => {
+  const html = renderStatusHtml(snapshot({
+    traffic: {
+      windowSeconds: 60,
+      busiest: [{ key: "ns/<web>:http/TCP IPv4", connectionsPerSecond: 2.5 }],
+      refusers: [{ key: "ns/empty:80/TCP IPv4", refusedPackets: 42 }],
+    },
+  }));
+  assert.match(html, /Traffic by Service \(last 60 s\)/);
+  assert.match(html, /ns\/&lt;web&gt;:http\/TCP IPv4<\/td><td class="num">2\.50/);
+  assert.match(html, /Top refusers[\s\S]*ns\/empty:80\/TCP IPv4<\/td><td class="num">42/);
+  assert.doesNotMatch(renderStatusHtml(snapshot()), /Traffic by Service/);
 });

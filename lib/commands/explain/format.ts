@@ -4,6 +4,8 @@
  * @module
  */
 
+import type { IpFamily } from "../../core/model.ts";
+import type { ServiceCounterSample } from "../../core/service_counters.ts";
 import type { Explanation } from "./types.ts";
 
 // ---------------------------------------------------------------------------
@@ -50,4 +52,28 @@ export function formatExplanation(e: Explanation): string {
   lines.push(`  result:           ${e.outcome}`);
   for (const note of e.notes) lines.push(`  note: ${note}`);
   return lines.join("\n") + "\n";
+}
+
+/**
+ * The counters line of the traced service port: connections and refused
+ * packets by reason, as the kernel counted them since the port was created.
+ */
+export function formatCounters(
+  counters: { samples: readonly ServiceCounterSample[] } | { unavailable: string },
+  id: string,
+  family: IpFamily,
+): string {
+  if ("unavailable" in counters) {
+    return `  counters:         unavailable: ${counters.unavailable}\n`;
+  }
+  const mine = counters.samples.filter((s) => s.service.id === id && s.family === family);
+  if (mine.length === 0) return "  counters:         none in the kernel for this service port\n";
+  const connections = mine.find((s) => s.counter === "connections");
+  const refused = mine.filter((s) => s.counter !== "connections")
+    .map((s) => `${s.counter} ${s.packets}`);
+  const parts = [
+    ...(connections === undefined ? [] : [`connections ${connections.packets}`]),
+    ...(refused.length === 0 ? [] : [`refused packets: ${refused.join(", ")}`]),
+  ];
+  return `  counters:         ${parts.join("; ")}\n`;
 }

@@ -7,7 +7,8 @@
 import type { CommandLine } from "../../config/command_line.ts";
 import { type PlannerOptions, planNode } from "../../core/planner.ts";
 import type { ClusterState } from "../../core/state.ts";
-import { formatExplanation } from "./format.ts";
+import type { ServiceCounterSample } from "../../core/service_counters.ts";
+import { formatCounters, formatExplanation } from "./format.ts";
 import { explain } from "./match.ts";
 
 // ---------------------------------------------------------------------------
@@ -23,6 +24,11 @@ export interface RunExplainOptions {
   state: ClusterState;
   /** The planner options of this node. */
   plannerOptions: PlannerOptions;
+  /**
+   * The node's Service counters (`--service-counters`), or why they cannot be
+   * read; undefined when counting is off.
+   */
+  counters?: { samples: readonly ServiceCounterSample[] } | { unavailable: string };
 }
 
 /**
@@ -44,6 +50,10 @@ export function runExplain(options: RunExplainOptions): number {
       node: commandLine.explain?.node,
     });
     io.stdout(formatExplanation(explanation));
+    const id = explanation.match?.id;
+    if (id !== undefined && options.counters !== undefined) {
+      io.stdout(formatCounters(options.counters, id, explanation.family));
+    }
     return 0;
   } catch (error) {
     if (error instanceof TypeError || error instanceof RangeError) {

@@ -206,6 +206,7 @@ ${familyRows(s)}
 </tbody>
 </table>
 ${withoutEndpointsList(s)}
+${trafficSection(s)}
 <h2>Sync durations</h2>
 ${durationChart(s.syncs)}
 <p class="legend muted"><span style="background:var(--full)"></span>full<span style="background:var(--partial)"></span>partial<span style="background:var(--bad)"></span>failed</p>
@@ -222,4 +223,37 @@ ${failure}
 </body>
 </html>
 `;
+}
+
+/** The busiest service ports and the top refusers, when service counters are on. */
+function trafficSection(s: StatusSnapshot): string {
+  if (s.traffic === undefined) return "";
+  const e = escapeHtml;
+  const { windowSeconds, busiest, refusers } = s.traffic;
+  if (windowSeconds === 0) {
+    return `<h2>Traffic by Service</h2>\n<p class="muted">Counting; rates show after the next reading.</p>`;
+  }
+  const rows = (cells: string[][]) =>
+    cells.map((row) => `<tr><td>${e(row[0]!)}</td><td class="num">${e(row[1]!)}</td></tr>`)
+      .join("\n");
+  const busy = busiest.length === 0
+    ? `<p class="muted">No connection in the last ${Math.round(windowSeconds)} s.</p>`
+    : `<table id="busiest">
+<thead><tr><th>Service port</th><th class="num">Connections/s</th></tr></thead>
+<tbody>
+${rows(busiest.map((t) => [t.key, t.connectionsPerSecond.toFixed(2)]))}
+</tbody>
+</table>`;
+  const refused = refusers.length === 0
+    ? `<p class="muted">No packet refused in the last ${Math.round(windowSeconds)} s.</p>`
+    : `<table id="refusers">
+<thead><tr><th>Service port</th><th class="num">Refused packets</th></tr></thead>
+<tbody>
+${rows(refusers.map((t) => [t.key, String(t.refusedPackets)]))}
+</tbody>
+</table>`;
+  return `<h2>Traffic by Service (last ${Math.round(windowSeconds)} s)</h2>
+${busy}
+<h2>Top refusers</h2>
+${refused}`;
 }

@@ -21,6 +21,7 @@ export function statusJson(s: StatusSnapshot): Record<string, unknown> {
     totalSyncs: s.totalSyncs,
     failedSyncs: s.failedSyncs,
     driftRepairs: s.driftRepairs,
+    ...(s.traffic === undefined ? {} : { traffic: s.traffic }),
     lastFailure: s.lastFailure === undefined ? null : syncJson(s.lastFailure),
     syncs: s.syncs.map(syncJson),
   };

@@ -47,6 +47,42 @@ export interface StatusSnapshot {
   lastFailure?: SyncRecord;
   /** Full resyncs forced because the kernel's rules drifted. */
   driftRepairs: number;
+  /**
+   * Per-Service-port traffic over the last minute (`--service-counters`),
+   * from the readings /metrics and /statusz took; undefined when counting is off.
+   */
+  traffic?: TrafficSummary;
+}
+
+/** How many service ports each traffic list of the status page shows. */
+export const TOP_TRAFFIC = 10;
+
+/** The busiest service ports and the top refusers of the last minute. */
+export interface TrafficSummary {
+  /** Seconds the rates are measured over (0 before two readings). */
+  windowSeconds: number;
+  /** Highest connection rate first, at most {@linkcode TOP_TRAFFIC}. */
+  busiest: { key: string; connectionsPerSecond: number }[];
+  /** Most refused packets first, only ports that refused any, at most {@linkcode TOP_TRAFFIC}. */
+  refusers: { key: string; refusedPackets: number }[];
+}
+
+/** Picks the busiest ports and the top refusers from per-port traffic. */
+export function summarizeTraffic(
+  traffic: readonly { key: string; connectionsPerSecond: number; refusedPackets: number }[],
+  windowSeconds: number,
+): TrafficSummary {
+  const busiest = [...traffic]
+    .filter((t) => t.connectionsPerSecond > 0)
+    .sort((a, b) => b.connectionsPerSecond - a.connectionsPerSecond || (a.key < b.key ? -1 : 1))
+    .slice(0, TOP_TRAFFIC)
+    .map(({ key, connectionsPerSecond }) => ({ key, connectionsPerSecond }));
+  const refusers = [...traffic]
+    .filter((t) => t.refusedPackets > 0)
+    .sort((a, b) => b.refusedPackets - a.refusedPackets || (a.key < b.key ? -1 : 1))
+    .slice(0, TOP_TRAFFIC)
+    .map(({ key, refusedPackets }) => ({ key, refusedPackets }));
+  return { windowSeconds, busiest, refusers };
 }
 
 /**

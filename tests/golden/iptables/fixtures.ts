@@ -136,6 +136,32 @@ export const GOLDEN_CASES: Record<string, Plan> = {
       external: traffic([]),
     }),
   ]),
+  service_counters: plan([
+    servicePort({
+      name: "web",
+      nodePort: 30080,
+      loadBalancerIPs: ["203.0.113.10"],
+      sourceRanges: ["198.51.100.0/24"],
+      counters: ["connections", "no-endpoints", "source-range"],
+    }),
+    servicePort({
+      name: "empty",
+      nodePort: 30081,
+      clusterIPs: ["10.96.0.11"],
+      internal: traffic([]),
+      external: traffic([]),
+      counters: ["connections", "no-endpoints"],
+    }),
+    servicePort({
+      name: "nolocal",
+      nodePort: 30082,
+      clusterIPs: ["10.96.0.12"],
+      internal: traffic(remote),
+      external: traffic([], "drop"),
+      externalLocal: true,
+      counters: ["connections", "no-endpoints", "no-local-endpoints"],
+    }),
+  ], { serviceCounters: true }),
   hairpin_udp: plan([
     servicePort({
       name: "dns",

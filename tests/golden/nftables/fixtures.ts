@@ -50,7 +50,9 @@ export function servicePort(
 /** A plan around some service ports (sorted by id here). */
 export function plan(
   services: ServicePortPlan[],
-  options: Partial<Pick<Plan, "family" | "localTraffic" | "clusterIPMasquerade">> = {},
+  options: Partial<Pick<Plan, "family" | "localTraffic" | "clusterIPMasquerade">> & {
+    counters?: boolean;
+  } = {},
 ): Plan {
   const family = options.family ?? "IPv4";
   const v4 = family === "IPv4";
@@ -61,6 +63,22 @@ export function plan(
     localTraffic: options.localTraffic ?? { mode: "ClusterCIDR", cidrs: [v4 ? "10.0.0.0/8" : "fd00:10::/64"] },
     clusterIPMasquerade: options.clusterIPMasquerade ?? "non-local",
     services: [...services].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+    ...(options.counters === true ? { serviceCounters: true } : {}),
+  };
+}
+
+/** The counters the planner gives a service port (lib/core/planner.ts). */
+export function withCounters(service: ServicePortPlan): ServicePortPlan {
+  const local = service.externalLocal || service.internal.whenEmpty === "drop";
+  const firewalled = service.sourceRanges.length > 0 && service.loadBalancerIPs.length > 0;
+  return {
+    ...service,
+    counters: [
+      "connections",
+      "no-endpoints",
+      ...(local ? ["no-local-endpoints" as const] : []),
+      ...(firewalled ? ["source-range" as const] : []),
+    ],
   };
 }
 
@@ -160,6 +178,26 @@ export const GOLDEN_PLANS: Record<string, Plan> = {
   "detect-bridge": plan([servicePort("ns1", "br", { nodePort: 30089, externalLocal: true })], {
     localTraffic: { mode: "BridgeInterface", interfaces: ["cbr0"] },
   }),
+  "service-counters": plan([
+    servicePort("ns1", "lbsr", {
+      nodePort: 30082,
+      loadBalancerIPs: ["1.2.3.5"],
+      sourceRanges: ["203.0.113.0/25"],
+    }),
+    servicePort("ns2", "nolocal", {
+      clusterIPs: ["172.30.0.11"],
+      nodePort: 30085,
+      loadBalancerIPs: ["1.2.3.7"],
+      externalLocal: true,
+      external: { endpoints: [], whenEmpty: "drop", reason: "no local endpoints" },
+    }),
+    servicePort("ns3", "empty", {
+      clusterIPs: ["172.30.0.12"],
+      nodePort: 30086,
+      internal: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
+      external: { endpoints: [], whenEmpty: "reject", reason: "no endpoints" },
+    }),
+  ].map(withCounters), { counters: true }),
   "detect-interface-prefix": plan([servicePort("ns1", "veth", { nodePort: 30090, externalLocal: true })], {
     localTraffic: { mode: "InterfaceNamePrefix", interfaces: ["veth", "cali"] },
   }),
