@@ -61,6 +61,26 @@ export type LocalTrafficDetector =
   | { mode: "InterfaceNamePrefix"; interfaces: string[] }
   | { mode: "None" };
 
+/** The kinds of frontend a service port declares. */
+export type FrontendKind = "clusterIP" | "externalIP" | "loadBalancerIP" | "nodePort";
+
+/**
+ * A frontend a service port declares but another service port holds: two
+ * services claim the same address, protocol and port (or node port and
+ * protocol), which the apiserver allocates uniquely for cluster IPs and node
+ * ports but not for externalIPs and load-balancer IPs. The lower service port
+ * id holds it (lib/core/frontends.ts); the frontend is left out of the
+ * loser's lists (`nodePort` 0 for a node port).
+ */
+export interface ShadowedFrontend {
+  kind: FrontendKind;
+  /** The address; "" for a node port. */
+  address: string;
+  port: number;
+  /** The id of the service port that holds it. */
+  heldBy: string;
+}
+
 /** One service port of one IP family: the unit every backend programs. */
 export interface ServicePortPlan {
   /** Stable id: `namespace/name:portName/protocol` (portName may be ""). */
@@ -113,6 +133,8 @@ export interface ServicePortPlan {
    * stale (lib/core/conntrack.ts), as in kube-proxy's conntrack reconciler.
    */
   servingEndpoints: PlanEndpoint[];
+  /** Frontends this port declares that another service port holds; absent when none. */
+  shadowed?: ShadowedFrontend[];
 }
 
 /** Everything one IP family of the node needs, for one sync. */
