@@ -105,9 +105,9 @@ export interface ServicePortPlan {
   /**
    * True when `sourceRanges` hold one of the node's addresses: traffic from the
    * load-balancer IPs themselves passes too (a node reaching a VIP routed to
-   * itself arrives from the VIP), as in upstream's iptables mode. The nftables,
-   * ipvs and Windows modes do not implement it (unchanged from before it moved
-   * here).
+   * itself arrives from the VIP), as in upstream's iptables mode. Which modes
+   * honour it is their registry entry's `sourceRanges` (backends/registry.ts),
+   * which `explain` reads too.
    */
   allowFromLoadBalancerIPs: boolean;
   /** Health-check node port served by kproxy, 0 when none. */
