@@ -168,13 +168,8 @@ export function servicePortId(
   return `${namespace}/${name}:${portName}/${protocol}`;
 }
 
-/** An empty plan for a family, as used before the first sync. */
-/**
- * The service port `id` of `plan`, found by binary search (its services are
- * sorted by id); a plan that is not sorted is scanned instead.
- */
-export function findServicePort(plan: Plan, id: string): ServicePortPlan | undefined {
-  const { services } = plan;
+/** The first index of `services` (sorted by id) whose id is not below `id`. */
+export function lowerBoundById(services: readonly ServicePortPlan[], id: string): number {
   let low = 0;
   let high = services.length;
   while (low < high) {
@@ -182,10 +177,19 @@ export function findServicePort(plan: Plan, id: string): ServicePortPlan | undef
     if (services[middle]!.id < id) low = middle + 1;
     else high = middle;
   }
-  const found = services[low];
-  return found?.id === id ? found : services.find((service) => service.id === id);
+  return low;
 }
 
+/**
+ * The service port `id` of `plan`, found by binary search (its services are
+ * sorted by id); a plan that is not sorted is scanned instead.
+ */
+export function findServicePort(plan: Plan, id: string): ServicePortPlan | undefined {
+  const found = plan.services[lowerBoundById(plan.services, id)];
+  return found?.id === id ? found : plan.services.find((service) => service.id === id);
+}
+
+/** An empty plan for a family, as used before the first sync. */
 export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
   return {
     family,

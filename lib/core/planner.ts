@@ -26,7 +26,7 @@ import {
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
 import type { LocalTrafficDetector, NodePlans, Plan, ServicePortPlan } from "./plan.ts";
-import { servicePortId } from "./plan.ts";
+import { lowerBoundById, servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
 
@@ -216,7 +216,7 @@ function replanServices(
   }
   fresh.sort(byId);
   removed.sort((a, b) => a[0] - b[0]);
-  const insertAt = fresh.map((plan) => lowerBound(previous, plan.id));
+  const insertAt = fresh.map((plan) => lowerBoundById(previous, plan.id));
   const merged: ServicePortPlan[] = [];
   let cursor = 0;
   let r = 0;
@@ -240,22 +240,10 @@ function replanServices(
 /** The index range of the ports of service `key` in a sorted list. */
 function portRange(plans: readonly ServicePortPlan[], key: ServiceKey): [number, number] {
   const prefix = `${key}:`;
-  const start = lowerBound(plans, prefix);
+  const start = lowerBoundById(plans, prefix);
   let end = start;
   while (end < plans.length && plans[end]!.id.startsWith(prefix)) end++;
   return [start, end];
-}
-
-/** The first index whose id is not below `id`. */
-function lowerBound(plans: readonly ServicePortPlan[], id: string): number {
-  let low = 0;
-  let high = plans.length;
-  while (low < high) {
-    const mid = (low + high) >>> 1;
-    if (plans[mid]!.id < id) low = mid + 1;
-    else high = mid;
-  }
-  return low;
 }
 
 function byId(a: ServicePortPlan, b: ServicePortPlan): number {
@@ -373,7 +361,7 @@ function warnIfOutsideServiceCIDRs(ctx: FamilyContext, key: ServiceKey, clusterI
   if (cidrs.length === 0 || cidrs.some((cidr) => cidrContains(cidr, clusterIP))) return;
   const previous = ctx.previous;
   if (previous !== undefined && cidrs.join() === previous.serviceCIDRs.join()) {
-    const before = previous.services[lowerBound(previous.services, `${key}:`)];
+    const before = previous.services[lowerBoundById(previous.services, `${key}:`)];
     if (before?.id.startsWith(`${key}:`) && before.clusterIPs[0] === clusterIP) return;
   }
   logger.warn("Cluster IP {ip} of service {key} is outside every service CIDR {cidrs}", {
