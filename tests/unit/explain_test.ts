@@ -610,6 +610,30 @@ Deno.test("explain() says per mode what happens to traffic from the load-balance
   assert.equal(noNodeAddress.match?.sourceRanges.answer, "dropped");
 });
 
+Deno.test("explain() names the other services that claim the frontend it matched", () => {
+  const copy = {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { namespace: "default", name: "web-external-copy" },
+    spec: {
+      clusterIP: "10.96.0.99",
+      clusterIPs: ["10.96.0.99"],
+      externalIPs: ["198.51.100.20"],
+      ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
+    },
+  };
+  const e = run({ destination: "198.51.100.20:80", overlay: [copy] });
+  // "web-external-copy:" sorts before "web-external:" ('-' < ':').
+  assert.equal(e.match?.id, "default/web-external-copy:http/TCP");
+  assert.ok(
+    e.notes.includes(
+      "default/web-external:http/TCP declares 198.51.100.20:80/TCP too; " +
+        "default/web-external-copy:http/TCP holds it, as the lowest service port id claiming it",
+    ),
+    e.notes.join("\n"),
+  );
+});
+
 // ------------------------------------------------------------ errors
 
 Deno.test("parseDestination() rejects bad DEST with a clear error", async (t) => {
