@@ -66,6 +66,13 @@ export interface ModeDescriptor {
   reconcilesConntrack: boolean;
   /** The Config section whose sync periods the mode uses. */
   syncPeriods: SyncPeriodSection;
+  /**
+   * How the mode applies a service port's `sourceRanges`: "with-load-balancer-ips"
+   * also lets traffic from the load-balancer IPs through when the Plan's
+   * `allowFromLoadBalancerIPs` says so (upstream's iptables mode), "ranges-only"
+   * does not, "not-enforced" lets every source through. Read by `explain`.
+   */
+  sourceRanges: "with-load-balancer-ips" | "ranges-only" | "not-enforced";
   /** What it removes and keeps of the proxy that ran before it. */
   takeover: Takeover;
   /**
@@ -110,6 +117,7 @@ const MODES: Readonly<Record<ProxyMode, ModeDescriptor>> = {
     programs: ["nft", "sysctl"],
     reconcilesConntrack: true,
     syncPeriods: "nftables",
+    sourceRanges: "ranges-only",
     takeover: { removes: ["iptables", "ipvs"], replacesTables: KUBE_PROXY_NFTABLES_TABLES },
     create: async (options: BackendOptions): Promise<Backend> =>
       (await import("./nftables/applier.ts")).createNftablesBackend({
@@ -122,6 +130,7 @@ const MODES: Readonly<Record<ProxyMode, ModeDescriptor>> = {
     programs: [...iptablesPrograms(["", "-nft", "-legacy"]), "sysctl", "nfacct"],
     reconcilesConntrack: true,
     syncPeriods: "iptables",
+    sourceRanges: "with-load-balancer-ips",
     takeover: {
       removes: ["nftables", "ipvs"],
       replacesTables: [],
@@ -135,6 +144,7 @@ const MODES: Readonly<Record<ProxyMode, ModeDescriptor>> = {
     programs: ["ipvsadm", "ipset", "ip", ...iptablesPrograms([""]), "sysctl"],
     reconcilesConntrack: true,
     syncPeriods: "ipvs",
+    sourceRanges: "ranges-only",
     takeover: {
       removes: ["nftables", "iptables"],
       replacesTables: [],
@@ -149,6 +159,7 @@ const MODES: Readonly<Record<ProxyMode, ModeDescriptor>> = {
     reconcilesConntrack: false,
     // As upstream: the Windows proxy reads the iptables periods.
     syncPeriods: "iptables",
+    sourceRanges: "not-enforced",
     takeover: { removes: [], replacesTables: [] },
     create: async (options: BackendOptions): Promise<Backend> =>
       (await import("./windows/applier.ts")).createWindowsBackend(options),

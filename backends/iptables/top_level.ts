@@ -9,6 +9,7 @@
 
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import { checkFrontendsHeldOnce } from "../../lib/core/plan_check.ts";
 import { Chains } from "./chains.ts";
 import { type ServiceLayout, serviceLayout } from "./layout.ts";
 import { nfacctMatch } from "./counters.ts";
@@ -44,6 +45,7 @@ export function renderTopLevelChains(
   plan: Plan,
   options: IptablesRenderOptions = {},
 ): TopLevelChains {
+  checkFrontendsHeldOnce(plan);
   const mark = masqueradeMark(options.masqueradeBit);
   const nat: ChainRules = new Map([
     [Chains.services, []],

@@ -11,7 +11,11 @@ import { joinHostPort } from "../../lib/core/ip.ts";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import { IPVS_SCHEDULERS } from "../../lib/config/types.ts";
-import { checkAddress, checkServicePort } from "../../lib/core/plan_check.ts";
+import {
+  checkAddress,
+  checkFrontendsHeldOnce,
+  checkServicePort,
+} from "../../lib/core/plan_check.ts";
 
 /** The name of the dummy interface that holds every service VIP. */
 export const DUMMY_INTERFACE = "kube-ipvs0";
@@ -153,6 +157,7 @@ export function renderIpvs(plan: Plan, options: IpvsRenderOptions = {}): IpvsDes
   );
   const add = (key: IpsetKey, entry: string) => sets.get(key)?.add(entry);
   for (const address of plan.nodePortAddresses) checkAddress(address, family);
+  checkFrontendsHeldOnce(plan);
 
   for (const service of plan.services) {
     checkServicePort(service, family);

@@ -99,8 +99,6 @@ export function renderIncremental(
     [...newObjects.values()].flatMap((o) => o.elements.map((e) => [elementId(e), e] as const)),
   );
 
-  if (sharesKeyWithUnchanged(ctx, plan, changed, oldElements, newElements)) return undefined;
-
   // 1. Drop every rule of the changed service ports, so nothing references
   //    chains, maps and elements about to go.
   for (const name of oldChains) tx.flush(new Chain({ name }));
@@ -214,37 +212,6 @@ export function renderIncremental(
   );
   canary(tx, options.generation ?? 0, false);
   return tx;
-}
-
-/**
- * Whether an element key that changed service ports gain or lose is also
- * claimed by an unchanged service port: a node port, or an `ip . proto .
- * port` that two services declare. The full render gives such a key to its
- * first claimant in plan order; an incremental update would add a duplicate
- * ("File exists") or delete the other's element, so it declines.
- */
-function sharesKeyWithUnchanged(
-  ctx: Context,
-  plan: Plan,
-  changed: ReadonlySet<string>,
-  oldElements: ReadonlyMap<string, Element>,
-  newElements: ReadonlyMap<string, Element>,
-): boolean {
-  const atStake = new Map<string, Element>();
-  for (const [id, element] of oldElements) if (!newElements.has(id)) atStake.set(id, element);
-  for (const [id, element] of newElements) if (!oldElements.has(id)) atStake.set(id, element);
-  if (atStake.size === 0) return false;
-  const parts = new Set([...atStake.values()].flatMap((element) => element.options.key));
-  for (const service of plan.services) {
-    if (changed.has(service.id)) continue;
-    const addresses = [...service.clusterIPs, ...service.externalIPs, ...service.loadBalancerIPs];
-    const candidate = (service.nodePort !== 0 && parts.has(String(service.nodePort))) ||
-      addresses.some((ip) => parts.has(ip));
-    if (!candidate) continue;
-    const objects = tryServiceObjects(ctx, service);
-    if (objects?.elements.some((element) => atStake.has(elementId(element)))) return true;
-  }
-  return false;
 }
 
 function diffAddressSet(

@@ -49,6 +49,7 @@
 
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
+import { checkFrontendsHeldOnce } from "../../lib/core/plan_check.ts";
 import { collapseCIDRs } from "../../lib/core/ip.ts";
 import { Chain, Element, ElementLines, Rule, Table, Transaction } from "./transaction.ts";
 import {
@@ -61,8 +62,8 @@ import {
 } from "./context.ts";
 import {
   DISPATCH_MAPS,
-  dispatchIdOfSlot,
   elementId,
+  isSlotElement,
   presetSlotChains,
   type ServiceObjects,
   tryServiceObjects,
@@ -94,6 +95,7 @@ function addService(tx: Transaction, objects: ServiceObjects): void {
  * after each full sync (tests/kernel/nat_order_test.ts).
  */
 export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
+  checkFrontendsHeldOnce(plan);
   const ctx = context(plan, options);
   const tx = new Transaction(tableRef(plan.family, options.table));
   tx.add(new Table());
@@ -116,20 +118,23 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
   // Elements are kept as their item text, joined per set into script lines as
   // they come; element objects would triple the peak heap.
   const items = new Map<string, ElementLines>();
+  // A port may list one address twice (an externalIP that is also its
+  // load-balancer IP), sibling ports share a cluster IP and services share
+  // endpoints: each element is written once. Slot elements follow the dispatch
+  // element before them, so they need no id of their own in `seen`. Which
+  // service port holds a frontend two services claim is the planner's call
+  // (`ServicePortPlan.shadowed`), checked by checkFrontendsHeldOnce().
   const seen = new Set<string>();
-  // Dispatch element id to the service port that claimed it: slot elements
-  // follow their dispatch key's owner, the first claimant in plan order, so
-  // they need no id of their own in `seen`.
-  const owners = new Map<string, string>();
-  const addOnce = (element: Element, owner: string) => {
-    const dispatch = dispatchIdOfSlot(element);
-    if (dispatch !== undefined) {
-      if (owners.get(dispatch) !== owner) return;
+  let slotsFollow = true;
+  const addOnce = (element: Element) => {
+    if (isSlotElement(element)) {
+      if (!slotsFollow) return;
     } else {
       const id = elementId(element);
-      if (seen.has(id)) return;
+      const fresh = !seen.has(id);
+      if (DISPATCH_MAPS.has(element.options.set)) slotsFollow = fresh;
+      if (!fresh) return;
       seen.add(id);
-      if (DISPATCH_MAPS.has(element.options.set)) owners.set(id, owner);
     }
     const item = tx.itemToAdd(element);
     if (item === undefined) return;
@@ -144,12 +149,12 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     if (objects === undefined) continue;
     addService(tx, objects);
     for (const [name, rules] of objects.sharedChains) sharedChains.set(name, rules);
-    for (const element of objects.elements) addOnce(element, service.id);
+    for (const element of objects.elements) addOnce(element);
     for (const ip of objects.clusterIPs) {
-      addOnce(new Element({ set: "cluster-ips", key: [ip] }), service.id);
+      addOnce(new Element({ set: "cluster-ips", key: [ip] }));
     }
     for (const ip of objects.endpointIPs) {
-      addOnce(new Element({ set: "hairpin", key: [ip, ip] }), service.id);
+      addOnce(new Element({ set: "hairpin", key: [ip, ip] }));
     }
   }
   for (const [name, rules] of sharedChains) addSharedChain(tx, name, rules);

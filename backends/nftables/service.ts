@@ -448,11 +448,9 @@ export const DISPATCH_MAPS: ReadonlySet<string> = new Set(
   DISPATCH_SETS.map((sets) => sets.dispatch),
 );
 
-/** The id of the dispatch element a slot element belongs to, or undefined for other elements. */
-export function dispatchIdOfSlot(element: Element): string | undefined {
-  const { set, key } = element.options;
-  const sets = DISPATCH_SETS.find((candidate) => candidate.slots === set);
-  return sets === undefined ? undefined : `${sets.dispatch} ${key.slice(0, -1).join(" . ")}`;
+/** Whether an element is one of a dispatch element's endpoint slots. */
+export function isSlotElement(element: Element): boolean {
+  return DISPATCH_SETS.some((sets) => sets.slots === element.options.set);
 }
 
 /**

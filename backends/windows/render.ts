@@ -14,7 +14,11 @@
 import { createHash } from "node:crypto";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint } from "../../lib/core/plan.ts";
-import { checkAddress, checkServicePort } from "../../lib/core/plan_check.ts";
+import {
+  checkAddress,
+  checkFrontendsHeldOnce,
+  checkServicePort,
+} from "../../lib/core/plan_check.ts";
 import { parseIP } from "../../lib/core/ip.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
@@ -158,6 +162,7 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
   const family = plan.family;
   const sourceVip = options.sourceVip ?? "";
   if (sourceVip !== "") checkAddress(sourceVip, family);
+  checkFrontendsHeldOnce(plan);
   const dsr = options.dsr ?? false;
   const balancers = new Map<string, LoadBalancerSpec>();
   const remotes = new Map<string, RemoteEndpointSpec>();

@@ -82,6 +82,26 @@ export const SERVICE_COUNTERS: readonly ServiceCounter[] = [
   "source-range",
 ];
 
+/** The kinds of frontend a service port declares. */
+export type FrontendKind = "clusterIP" | "externalIP" | "loadBalancerIP" | "nodePort";
+
+/**
+ * A frontend a service port declares but another service port holds: two
+ * services claim the same address, protocol and port (or node port and
+ * protocol), which the apiserver allocates uniquely for cluster IPs and node
+ * ports but not for externalIPs and load-balancer IPs. The lower service port
+ * id holds it (lib/core/frontends.ts); the frontend is left out of the
+ * loser's lists (`nodePort` 0 for a node port).
+ */
+export interface ShadowedFrontend {
+  kind: FrontendKind;
+  /** The address; "" for a node port. */
+  address: string;
+  port: number;
+  /** The id of the service port that holds it. */
+  heldBy: string;
+}
+
 /** One service port of one IP family: the unit every backend programs. */
 export interface ServicePortPlan {
   /** Stable id: `namespace/name:portName/protocol` (portName may be ""). */
@@ -106,9 +126,9 @@ export interface ServicePortPlan {
   /**
    * True when `sourceRanges` hold one of the node's addresses: traffic from the
    * load-balancer IPs themselves passes too (a node reaching a VIP routed to
-   * itself arrives from the VIP), as in upstream's iptables mode. The nftables,
-   * ipvs and Windows modes do not implement it (unchanged from before it moved
-   * here).
+   * itself arrives from the VIP), as in upstream's iptables mode. Which modes
+   * honour it is their registry entry's `sourceRanges` (backends/registry.ts),
+   * which `explain` reads too.
    */
   allowFromLoadBalancerIPs: boolean;
   /** Health-check node port served by kproxy, 0 when none. */
@@ -140,6 +160,9 @@ export interface ServicePortPlan {
    * on the Service only, never on its endpoints, so they survive endpoint changes.
    */
   counters?: ServiceCounter[];
+
+  /** Frontends this port declares that another service port holds; absent when none. */
+  shadowed?: ShadowedFrontend[];
 }
 
 /** Everything one IP family of the node needs, for one sync. */
@@ -175,13 +198,8 @@ export function servicePortId(
   return `${namespace}/${name}:${portName}/${protocol}`;
 }
 
-/** An empty plan for a family, as used before the first sync. */
-/**
- * The service port `id` of `plan`, found by binary search (its services are
- * sorted by id); a plan that is not sorted is scanned instead.
- */
-export function findServicePort(plan: Plan, id: string): ServicePortPlan | undefined {
-  const { services } = plan;
+/** The first index of `services` (sorted by id) whose id is not below `id`. */
+export function lowerBoundById(services: readonly ServicePortPlan[], id: string): number {
   let low = 0;
   let high = services.length;
   while (low < high) {
@@ -189,10 +207,19 @@ export function findServicePort(plan: Plan, id: string): ServicePortPlan | undef
     if (services[middle]!.id < id) low = middle + 1;
     else high = middle;
   }
-  const found = services[low];
-  return found?.id === id ? found : services.find((service) => service.id === id);
+  return low;
 }
 
+/**
+ * The service port `id` of `plan`, found by binary search (its services are
+ * sorted by id); a plan that is not sorted is scanned instead.
+ */
+export function findServicePort(plan: Plan, id: string): ServicePortPlan | undefined {
+  const found = plan.services[lowerBoundById(plan.services, id)];
+  return found?.id === id ? found : plan.services.find((service) => service.id === id);
+}
+
+/** An empty plan for a family, as used before the first sync. */
 export function emptyPlan(family: IpFamily, nodeName = ""): Plan {
   return {
     family,

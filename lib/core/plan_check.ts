@@ -8,7 +8,8 @@
  */
 
 import type { IpFamily } from "./model.ts";
-import type { ServicePortPlan } from "./plan.ts";
+import type { Plan, ServicePortPlan } from "./plan.ts";
+import { heldFrontendKeys } from "./frontends.ts";
 import { ipFamily, parseCIDR } from "./ip.ts";
 
 const PROTOCOLS: ReadonlySet<string> = new Set(["TCP", "UDP", "SCTP"]);
@@ -61,5 +62,28 @@ export function checkServicePort(service: ServicePortPlan, family: IpFamily): vo
   for (const endpoint of [...service.internal.endpoints, ...service.external.endpoints]) {
     checkAddress(endpoint.ip, family);
     checkPort(endpoint.port);
+  }
+}
+
+/**
+ * Checks that no two service ports of `plan` hold one frontend (address,
+ * protocol and port, or node port and protocol): the planner gives each to
+ * one of its claimants (lib/core/frontends.ts), and a renderer writes each
+ * once, without choosing.
+ *
+ * @throws {TypeError} naming the first frontend two service ports hold
+ */
+export function checkFrontendsHeldOnce(plan: Plan): void {
+  const holders = new Map<string, string>();
+  for (const service of plan.services) {
+    for (const key of heldFrontendKeys(service)) {
+      const holder = holders.get(key);
+      if (holder !== undefined && holder !== service.id) {
+        throw new TypeError(
+          `Cannot render frontend "${key}": held by both ${holder} and ${service.id}`,
+        );
+      }
+      holders.set(key, service.id);
+    }
   }
 }

@@ -14,6 +14,7 @@ import { deepEqual } from "./deep_equal.ts";
 import { getLogger } from "@logtape/logtape";
 import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
+import { FrontendClaims, serviceKeyOfPortId } from "./frontends.ts";
 import {
   cidrContains,
   collapseCIDRs,
@@ -31,7 +32,7 @@ import type {
   ServiceCounter,
   ServicePortPlan,
 } from "./plan.ts";
-import { SERVICE_COUNTERS, servicePortId } from "./plan.ts";
+import { lowerBoundById, SERVICE_COUNTERS, servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
 
@@ -125,10 +126,10 @@ export function planNode(input: PlanInput): NodePlans {
       nodePortAddresses: nodePortAddresses(family, options, node),
       previous: previousPlan,
     };
-    const services = previousPlan !== undefined && replan !== undefined
-      ? replanServices(ctx, previousPlan.services, replan)
+    const { services, claims } = previousPlan !== undefined && replan !== undefined
+      ? replanServices(ctx, previousPlan, replan)
       : planAllServices(ctx);
-    return {
+    const plan: Plan = {
       family,
       nodeName: options.nodeName,
       nodePortAddresses: ctx.nodePortAddresses,
@@ -142,6 +143,8 @@ export function planNode(input: PlanInput): NodePlans {
       services,
       ...(options.serviceCounters === true ? { serviceCounters: true } : {}),
     };
+    claims.rememberFor(plan);
+    return plan;
   });
   return { ipv4: plans[0]!, ipv6: plans[1]! };
 }
@@ -163,40 +166,66 @@ function replanSet(
   return extra === undefined ? changed : new Set([...changed, ...extra]);
 }
 
-function planAllServices(ctx: FamilyContext): ServicePortPlan[] {
-  const services: ServicePortPlan[] = [];
+/** Service port plans with each shared frontend held by one of them, and the claims. */
+interface PlannedServices {
+  services: ServicePortPlan[];
+  claims: FrontendClaims;
+}
+
+function planAllServices(ctx: FamilyContext): PlannedServices {
+  const declared: ServicePortPlan[] = [];
   for (const [key, service] of ctx.state.services) {
-    services.push(...planServiceSafely(ctx, key, service));
+    declared.push(...planServiceSafely(ctx, key, service));
   }
-  return services.sort(byId);
+  declared.sort(byId);
+  const claims = FrontendClaims.of(declared);
+  return { services: declared.map((service) => claims.resolve(service)), claims };
 }
 
 /**
- * Replans the given services and splices the result into the previous, sorted
- * list. The ports of one service are contiguous there (ids share the
- * `namespace/name:` prefix), so each is found by binary search and the
- * untouched entries are copied by reference: the cost follows the change.
+ * Replans the given services, and the other claimants of every frontend they
+ * claimed or claim now (which of them holds it may have changed), and splices
+ * the result into the previous, sorted list. The ports of one service are
+ * contiguous there (ids share the `namespace/name:` prefix), so each is found
+ * by binary search and the untouched entries are copied by reference: the
+ * cost follows the change.
  */
 function replanServices(
   ctx: FamilyContext,
-  previous: readonly ServicePortPlan[],
+  previousPlan: Plan,
   replan: ReadonlySet<ServiceKey>,
-): ServicePortPlan[] {
+): PlannedServices {
+  const previous = previousPlan.services;
+  const claims = FrontendClaims.after(previousPlan);
+  const touched = new Set<string>();
+  const declared = new Map<ServiceKey, ServicePortPlan[]>();
+  const planAgain = (key: ServiceKey) => {
+    const service = ctx.state.services.get(key);
+    const ports = service === undefined ? [] : planServiceSafely(ctx, key, service);
+    declared.set(key, ports);
+    return ports;
+  };
+  for (const key of replan) {
+    const [start, end] = portRange(previous, key);
+    for (let i = start; i < end; i++) claims.release(previous[i]!, touched);
+    for (const port of planAgain(key)) claims.claim(port, touched);
+  }
+  for (const frontend of touched) {
+    for (const id of claims.claimants(frontend)) {
+      const key = serviceKeyOfPortId(id);
+      if (!declared.has(key)) planAgain(key);
+    }
+  }
   const fresh: ServicePortPlan[] = [];
   const removed: [start: number, end: number][] = [];
-  for (const key of replan) {
-    const prefix = `${key}:`;
-    let end = lowerBound(previous, prefix);
-    const start = end;
-    while (end < previous.length && previous[end]!.id.startsWith(prefix)) end++;
+  for (const [key, ports] of declared) {
+    const [start, end] = portRange(previous, key);
     if (end > start) removed.push([start, end]);
-    const service = ctx.state.services.get(key);
-    if (service === undefined) continue;
-    fresh.push(...planServiceSafely(ctx, key, service));
+    for (const port of ports) fresh.push(claims.resolve(port));
   }
   fresh.sort(byId);
   removed.sort((a, b) => a[0] - b[0]);
-  const insertAt = fresh.map((plan) => lowerBound(previous, plan.id));
+  const insertAt = fresh.map((plan) => lowerBoundById(previous, plan.id));
   const merged: ServicePortPlan[] = [];
   let cursor = 0;
   let r = 0;
@@ -214,19 +243,16 @@ function replanServices(
       while (cursor < stop) merged.push(previous[cursor++]!);
     }
   }
-  return merged;
+  return { services: merged, claims };
 }
 
-/** The first index whose id is not below `id`. */
-function lowerBound(plans: readonly ServicePortPlan[], id: string): number {
-  let low = 0;
-  let high = plans.length;
-  while (low < high) {
-    const mid = (low + high) >>> 1;
-    if (plans[mid]!.id < id) low = mid + 1;
-    else high = mid;
-  }
-  return low;
+/** The index range of the ports of service `key` in a sorted list. */
+function portRange(plans: readonly ServicePortPlan[], key: ServiceKey): [number, number] {
+  const prefix = `${key}:`;
+  const start = lowerBoundById(plans, prefix);
+  let end = start;
+  while (end < plans.length && plans[end]!.id.startsWith(prefix)) end++;
+  return [start, end];
 }
 
 function byId(a: ServicePortPlan, b: ServicePortPlan): number {
@@ -366,7 +392,7 @@ function warnIfOutsideServiceCIDRs(ctx: FamilyContext, key: ServiceKey, clusterI
   if (cidrs.length === 0 || cidrs.some((cidr) => cidrContains(cidr, clusterIP))) return;
   const previous = ctx.previous;
   if (previous !== undefined && cidrs.join() === previous.serviceCIDRs.join()) {
-    const before = previous.services[lowerBound(previous.services, `${key}:`)];
+    const before = previous.services[lowerBoundById(previous.services, `${key}:`)];
     if (before?.id.startsWith(`${key}:`) && before.clusterIPs[0] === clusterIP) return;
   }
   logger.warn("Cluster IP {ip} of service {key} is outside every service CIDR {cidrs}", {

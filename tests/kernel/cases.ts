@@ -280,6 +280,36 @@ function assertFlowsReach(replies: Reply[], pod: Pod, port?: number): void {
 }
 
 /** Every kernel traffic case, in the order they run. */
+/** A Service with externalIP 10.203.0.14 and one endpoint, as API objects. */
+function sharedExternalIPObjects(
+  name: string,
+  clusterIP: string,
+  pod: Pod,
+): Record<string, unknown>[] {
+  return [
+    {
+      kind: "Service",
+      metadata: { namespace: "kernel", name },
+      spec: {
+        clusterIP,
+        ports: [{ name: "http", port: 80, targetPort: TARGET_PORT }],
+        externalIPs: ["10.203.0.14"],
+      },
+    },
+    {
+      kind: "EndpointSlice",
+      metadata: {
+        namespace: "kernel",
+        name: `${name}-1`,
+        labels: { "kubernetes.io/service-name": name },
+      },
+      addressType: "IPv4",
+      ports: [{ name: "http", port: TARGET_PORT }],
+      endpoints: [{ addresses: [pod.ipv4], nodeName: "node-a" }],
+    },
+  ];
+}
+
 export const KERNEL_CASES: readonly KernelCase[] = [
   {
     name: "ClusterIP TCP spreads over local and remote endpoints from client, node and pod",
@@ -937,5 +967,32 @@ export const KERNEL_CASES: readonly KernelCase[] = [
       assert.equal(await arrived(), 0, "SYN+FIN packets crossed the node to the pod");
       assertAnsweredBy(await t.requests(t.client, [tcp("10.96.1.21")]), names([local(t, 0)]));
     },
+  },
+  {
+    name:
+      "an externalIP two Services claim answers from the lower service port id, then from the other once it goes",
+    plans: (t) =>
+      plannedFromObjects([
+        ...sharedExternalIPObjects("shared-b", "10.96.1.25", local(t, 1)),
+        ...sharedExternalIPObjects("shared-a", "10.96.1.24", local(t, 0)),
+      ]),
+    async expect({ topology: t }) {
+      assertAnsweredBy(
+        await t.requests(t.client, repeat(5, tcp("10.203.0.14"))),
+        names([local(t, 0)]),
+      );
+    },
+    steps: [{
+      name: "shared-a deleted: shared-b takes the address in a partial sync",
+      plans: (t) =>
+        plannedFromObjects(sharedExternalIPObjects("shared-b", "10.96.1.25", local(t, 1))),
+      changed: ["kernel/shared-a:http/TCP", "kernel/shared-b:http/TCP"],
+      async expect({ topology: t }) {
+        assertAnsweredBy(
+          await t.requests(t.client, repeat(5, tcp("10.203.0.14"))),
+          names([local(t, 1)]),
+        );
+      },
+    }],
   },
 ];

@@ -95,11 +95,12 @@ function servicePort(name: string, overrides: Partial<ServicePortPlan> = {}): Se
 
 /**
  * Regression test for a fixed bug (docs/RELIABILITY.md): when a second service
- * takes a node port (or cluster IP and port) another service already holds,
- * which the apiserver prevents but a manifests directory does not,
- * renderIncremental() added a map element whose key existed and nft rejected
- * the transaction ("File exists"). It now declines, and renderFull() keeps
- * the first claimant.
+ * takes a node port another service already holds, which the apiserver
+ * prevents but a manifests directory does not, renderIncremental() added a map
+ * element whose key existed and nft rejected the transaction ("File exists").
+ * The planner now gives the node port to the lower service port id and
+ * replans the other claimant too (lib/core/frontends.ts), so the incremental
+ * update moves the element from one to the other.
  */
 const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (() => {
   const base: Plan = {
@@ -131,9 +132,16 @@ const SHARED_NODE_PORT: { previous: Plan; plan: Plan; changed: Set<string> } = (
     previous: { ...base, services: [web] },
     plan: {
       ...base,
-      services: [servicePort("a", { clusterIPs: ["10.96.0.11"], externalLocal: true }), web],
+      services: [
+        servicePort("a", { clusterIPs: ["10.96.0.11"], externalLocal: true }),
+        {
+          ...web,
+          nodePort: 0,
+          shadowed: [{ kind: "nodePort", address: "", port: 30080, heldBy: "default/a:/TCP" }],
+        },
+      ],
     },
-    changed: new Set(["default/a:/TCP"]),
+    changed: new Set(["default/a:/TCP", web.id]),
   };
 })();
 
@@ -338,13 +346,14 @@ Deno.test({
 
       await t.step({
         name:
-          "nftables: a new service reusing a node port is rendered in full, which nft accepts (fixed bug)",
+          "nftables: a new service taking a node port moves it in an update nft accepts (fixed bug)",
         async fn() {
           await checker.reset();
           const { previous, plan, changed } = SHARED_NODE_PORT;
           const base = nft.renderFull(previous).toString();
           assertAccepted(await checker.apply("nft", base), "nft -f (previous)", base);
-          assert.equal(renderIncremental({ plan, previous, changed }), undefined);
+          const update = renderIncremental({ plan, previous, changed })!.toString();
+          assertAccepted(await checker.apply("nft", update), "nft -f (update)", update);
           const text = nft.renderFull(plan).toString();
           assertAccepted(await checker.check("nft", text), "nft -c (shared node port)", text);
         },

@@ -585,6 +585,55 @@ Deno.test("explain() applies loadBalancerSourceRanges to the load-balancer IP", 
   }
 });
 
+Deno.test("explain() says per mode what happens to traffic from the load-balancer IP itself", () => {
+  // web-lb's ranges hold the node's address 10.200.0.2: Plan.allowFromLoadBalancerIPs.
+  const self = run({ destination: "198.51.100.10:80", from: "198.51.100.10" });
+  assert.equal(self.match?.sourceRanges.answer, "depends");
+  assert.equal(
+    self.match?.sourceRanges.text,
+    "198.51.100.10 is a load-balancer IP of the service, outside loadBalancerSourceRanges " +
+      "192.0.2.0/24, 10.200.0.0/24, which hold a node address: allowed in iptables mode; " +
+      "dropped in nftables and ipvs modes; kernelspace mode does not enforce the ranges",
+  );
+  const unknown = run({ destination: "198.51.100.10:80" });
+  assert.equal(
+    unknown.match?.sourceRanges.text,
+    "only from 192.0.2.0/24, 10.200.0.0/24; other sources are dropped. They hold a node " +
+      "address, so traffic from the load-balancer IPs themselves is allowed in iptables mode; " +
+      "dropped in nftables and ipvs modes; kernelspace mode does not enforce the ranges",
+  );
+  const noNodeAddress = run({
+    destination: "198.51.100.10:80",
+    from: "198.51.100.10",
+    options: { nodeName: "node-z" },
+  });
+  assert.equal(noNodeAddress.match?.sourceRanges.answer, "dropped");
+});
+
+Deno.test("explain() names the other services that claim the frontend it matched", () => {
+  const copy = {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { namespace: "default", name: "web-external-copy" },
+    spec: {
+      clusterIP: "10.96.0.99",
+      clusterIPs: ["10.96.0.99"],
+      externalIPs: ["198.51.100.20"],
+      ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
+    },
+  };
+  const e = run({ destination: "198.51.100.20:80", overlay: [copy] });
+  // "web-external-copy:" sorts before "web-external:" ('-' < ':').
+  assert.equal(e.match?.id, "default/web-external-copy:http/TCP");
+  assert.ok(
+    e.notes.includes(
+      "default/web-external:http/TCP declares 198.51.100.20:80/TCP too; " +
+        "default/web-external-copy:http/TCP holds it, as the lowest service port id claiming it",
+    ),
+    e.notes.join("\n"),
+  );
+});
+
 // ------------------------------------------------------------ errors
 
 Deno.test("parseDestination() rejects bad DEST with a clear error", async (t) => {

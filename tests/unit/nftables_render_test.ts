@@ -419,30 +419,39 @@ Deno.test("renderFull() lists in @hairpin only endpoints that can hairpin on thi
   ]);
 });
 
-Deno.test("renderIncremental() declines when a key it gains or loses is another service's", () => {
-  const first = servicePort("ns", "a", { clusterIPs: ["172.30.1.1"], nodePort: 30080 });
-  const second = servicePort("ns", "b", { clusterIPs: ["172.30.1.2"], nodePort: 30080 });
-  const other = servicePort("ns", "c", { clusterIPs: ["172.30.1.3"], nodePort: 30081 });
-  const both = plan([first, second, other]);
-  const added = new Set([second.id]);
-  assert.equal(
-    renderIncremental({ plan: both, previous: plan([first, other]), changed: added }),
-    undefined,
+Deno.test("renderIncremental() hands an external IP to the claimant the planner gives it next", () => {
+  const first = servicePort("ns", "a", { clusterIPs: ["172.30.1.1"], externalIPs: ["192.0.2.9"] });
+  const traffic = {
+    endpoints: [endpoint("10.180.0.7")],
+    whenEmpty: "reject" as const,
+    reason: "cluster",
+  };
+  const second = servicePort("ns", "b", {
+    clusterIPs: ["172.30.1.2"],
+    externalIPs: ["192.0.2.9"],
+    internal: traffic,
+    external: traffic,
+  });
+  const loser = {
+    ...second,
+    externalIPs: [],
+    shadowed: [{ kind: "externalIP" as const, address: "192.0.2.9", port: 80, heldBy: first.id }],
+  };
+  const script = renderIncremental({
+    plan: plan([second]),
+    previous: plan([first, loser]),
+    changed: new Set([first.id, second.id]),
+  }, { presetSlotChains: 2 })!.toString();
+  const lines = script.split("\n");
+  const at = (pattern: RegExp) => lines.findIndex((line) => pattern.test(line));
+  const deleted = at(/^delete element ip kproxy service-ips \{.*192\.0\.2\.9 \. tcp \. 80[ ,}]/);
+  const added = at(
+    /^add element ip kproxy service-ips \{.*192\.0\.2\.9 \. tcp \. 80 : goto dnat-1-masq[ ,}]/,
   );
-  assert.equal(
-    renderIncremental({ plan: plan([first, other]), previous: both, changed: added }),
-    undefined,
-  );
-  const moved = plan([first, { ...second, nodePort: 30082 }, other]);
-  assert.equal(
-    renderIncremental({ plan: moved, previous: both, changed: added }),
-    undefined,
-    "b's old 30080 element is a's in the kernel",
-  );
-  const elsewhere = plan([first, second, { ...other, nodePort: 30083 }]);
-  assert.notEqual(
-    renderIncremental({ plan: elsewhere, previous: both, changed: new Set([other.id]) }),
-    undefined,
+  assert.ok(deleted >= 0 && added > deleted, script);
+  assert.match(
+    script,
+    /^add element ip kproxy service-endpoints \{.*192\.0\.2\.9 \. tcp \. 80 \. 0 : 10\.180\.0\.7 \. 8080/m,
   );
 });
 
@@ -546,23 +555,32 @@ Deno.test("renderIncremental() moves a service to another endpoint count with el
   });
 });
 
-Deno.test("renderFull() gives a dispatch key and its slots to the first service that claims it", () => {
+Deno.test("renderFull() refuses a plan in which two service ports hold one frontend", () => {
   const first = servicePort("ns", "first", { clusterIPs: ["172.30.4.1"] });
-  const second = servicePort("ns", "second", {
-    clusterIPs: ["172.30.4.1"],
-    internal: {
-      endpoints: ["10.182.0.1", "10.182.0.2", "10.182.0.3"].map((ip) => endpoint(ip)),
-      whenEmpty: "reject",
-      reason: "",
-    },
-  });
-  const script = renderFull(plan([first, second])).toString();
-  const slots = script.split("\n").filter((line) =>
-    line.startsWith("add element ip kproxy service-endpoints")
+  const second = servicePort("ns", "second", { clusterIPs: ["172.30.4.1"] });
+  assert.throws(
+    () => renderFull(plan([first, second])),
+    new TypeError(
+      'Cannot render frontend "172.30.4.1 TCP 80": held by both ns/first:http/TCP and ns/second:http/TCP',
+    ),
   );
-  assert.equal(slots.length, 1);
-  assert.doesNotMatch(slots[0]!, /10\.182\./);
-  assert.match(script, /172\.30\.4\.1 \. tcp \. 80 : goto dnat-2-masq-nonlocal/);
+});
+
+Deno.test("renderFull() writes an address a port lists twice once, slots included", () => {
+  const port = servicePort("ns", "lb", {
+    clusterIPs: ["172.30.4.1"],
+    externalIPs: ["192.0.2.7"],
+    loadBalancerIPs: ["192.0.2.7"],
+  });
+  const script = renderFull(plan([port]), { presetSlotChains: 2 }).toString();
+  assert.match(
+    script,
+    /^add element ip kproxy service-ips \{ 172\.30\.4\.1 \. tcp \. 80 : goto dnat-2-masq-nonlocal, 192\.0\.2\.7 \. tcp \. 80 : goto dnat-2-masq \}$/m,
+  );
+  assert.match(
+    script,
+    /^add element ip kproxy service-endpoints \{ 172\.30\.4\.1 \. tcp \. 80 \. 0 : 10\.180\.0\.1 \. 8080, 172\.30\.4\.1 \. tcp \. 80 \. 1 : 10\.180\.0\.2 \. 8080, 192\.0\.2\.7 \. tcp \. 80 \. 0 : 10\.180\.0\.1 \. 8080, 192\.0\.2\.7 \. tcp \. 80 \. 1 : 10\.180\.0\.2 \. 8080 \}$/m,
+  );
 });
 
 Deno.test("Transaction.addLines() writes validated element texts many per line", () => {

@@ -1318,3 +1318,129 @@ Deno.test("planNode() plans no counter with service counters off", () => {
   assert.equal(plans.ipv4.serviceCounters, undefined);
   assert.equal(only(plans).counters, undefined);
 });
+
+// ---------------------------------------------------------------- duplicated frontends
+
+Deno.test("planNode() gives a frontend two services claim to the lower service port id", () => {
+  const plans = plan({
+    services: [
+      service({ name: "b", clusterIPs: ["10.96.0.2"], externalIPs: ["192.0.2.1"] }),
+      service({ name: "a", clusterIPs: ["10.96.0.1"], externalIPs: ["192.0.2.1", "192.0.2.2"] }),
+    ],
+  });
+  const [a, b] = plans.ipv4.services;
+  assert.deepEqual(a!.externalIPs, ["192.0.2.1", "192.0.2.2"]);
+  assert.equal(a!.shadowed, undefined);
+  assert.deepEqual(b!.externalIPs, []);
+  assert.deepEqual(b!.shadowed, [
+    { kind: "externalIP", address: "192.0.2.1", port: 80, heldBy: "default/a:/TCP" },
+  ]);
+});
+
+Deno.test("planNode() gives a node port two services claim to the lower id, across kinds", () => {
+  const plans = plan({
+    services: [
+      service({
+        name: "a",
+        type: "NodePort",
+        clusterIPs: ["10.96.0.1"],
+        ports: [port({ nodePort: 30080 })],
+      }),
+      service({
+        name: "b",
+        type: "NodePort",
+        clusterIPs: ["10.96.0.2"],
+        ports: [port({ nodePort: 30080 })],
+        externalIPs: ["10.96.0.1"],
+      }),
+    ],
+  });
+  const [a, b] = plans.ipv4.services;
+  assert.equal(a!.nodePort, 30080);
+  assert.equal(b!.nodePort, 0);
+  assert.deepEqual(b!.externalIPs, []);
+  assert.deepEqual(b!.shadowed, [
+    { kind: "externalIP", address: "10.96.0.1", port: 80, heldBy: "default/a:/TCP" },
+    { kind: "nodePort", address: "", port: 30080, heldBy: "default/a:/TCP" },
+  ]);
+});
+
+Deno.test("planNode() hands a shared frontend to the other claimant when its holder goes, incrementally", () => {
+  const opts = options();
+  const a = service({ name: "a", clusterIPs: ["10.96.0.1"], externalIPs: ["192.0.2.1"] });
+  const b = service({ name: "b", clusterIPs: ["10.96.0.2"], externalIPs: ["192.0.2.1"] });
+  const c = service({ name: "c", clusterIPs: ["10.96.0.3"] });
+  const previous = planNode({ state: state({ services: [a, b, c] }), options: opts });
+  assert.deepEqual(previous.ipv4.services[1]!.externalIPs, []);
+  const withoutA = planNode({
+    state: state({ services: [b, c] }),
+    options: opts,
+    previous,
+    changedServices: new Set(["default/a"]),
+  });
+  assert.deepEqual(withoutA, planNode({ state: state({ services: [b, c] }), options: opts }));
+  assert.deepEqual(withoutA.ipv4.services[0]!.externalIPs, ["192.0.2.1"]);
+  assert.equal(withoutA.ipv4.services[1], previous.ipv4.services[2]);
+  assert.deepEqual(
+    changedServicePortIds(previous.ipv4, withoutA.ipv4),
+    new Set(["default/a:/TCP", "default/b:/TCP"]),
+  );
+  const backAgain = planNode({
+    state: state({ services: [a, b, c] }),
+    options: opts,
+    previous: withoutA,
+    changedServices: new Set(["default/a"]),
+  });
+  assert.deepEqual(backAgain, previous);
+});
+
+Deno.test("planNode() incremental result equals a full replan with shared frontends", async () => {
+  const fc = (await import("fast-check")).default;
+  const names = ["a", "b", "c", "d"];
+  const serviceArb = fc.record({
+    name: fc.constantFrom(...names),
+    externalIPs: fc.uniqueArray(fc.constantFrom("192.0.2.1", "192.0.2.2", "10.96.0.1"), {
+      maxLength: 2,
+    }),
+    nodePort: fc.constantFrom(0, 30080, 30081),
+    port: fc.constantFrom(80, 443),
+  });
+  const clusterArb = fc.uniqueArray(serviceArb, { selector: (s) => s.name, maxLength: 4 });
+  type Spec = { name: string; externalIPs: string[]; nodePort: number; port: number };
+  const build = (cluster: Spec[]) =>
+    state({
+      services: cluster.map((s) =>
+        service({
+          name: s.name,
+          type: s.nodePort === 0 ? "ClusterIP" : "NodePort",
+          clusterIPs: [`10.96.0.${names.indexOf(s.name) + 1}`],
+          externalIPs: s.externalIPs,
+          ports: [port({ port: s.port, nodePort: s.nodePort })],
+        })
+      ),
+    });
+  fc.assert(
+    fc.property(fc.array(clusterArb, { minLength: 2, maxLength: 4 }), (steps) => {
+      const opts = options();
+      let previous = planNode({ state: build(steps[0]!), options: opts });
+      for (let i = 1; i < steps.length; i++) {
+        const json = (cluster: Spec[], name: string) =>
+          JSON.stringify(cluster.find((s) => s.name === name));
+        const changed = new Set(
+          names.filter((n) => json(steps[i - 1]!, n) !== json(steps[i]!, n)).map((n) =>
+            `default/${n}`
+          ),
+        );
+        const next = planNode({
+          state: build(steps[i]!),
+          options: opts,
+          previous,
+          changedServices: changed,
+        });
+        assert.deepEqual(next, planNode({ state: build(steps[i]!), options: opts }));
+        previous = next;
+      }
+    }),
+    { numRuns: 300 },
+  );
+});

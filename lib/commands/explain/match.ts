@@ -13,7 +13,7 @@
  * @module
  */
 
-import { cidrContains, isLoopback, parseIP } from "../../core/ip.ts";
+import { cidrContains, isLoopback, joinHostPort, parseIP } from "../../core/ip.ts";
 import type { IpFamily, Protocol } from "../../core/model.ts";
 import { serviceKey } from "../../core/model.ts";
 import type { Plan, ServicePortPlan } from "../../core/plan.ts";
@@ -62,7 +62,31 @@ export function explain(input: ExplainInput): Explanation {
   }
   const notes: string[] = [];
   const match = explainMatch(ctx, found.plan, found.kind, notes);
+  notes.push(...otherClaimants(plan, found, target));
   return { ...base, match, outcome: outcomeOf(match), notes };
+}
+
+/** One note per other service port that declares the frontend `holder` holds
+ * (`ServicePortPlan.shadowed`, decided by the planner). */
+function otherClaimants(
+  plan: Plan,
+  found: { plan: ServicePortPlan; kind: AddressKind },
+  target: Target,
+): string[] {
+  const holder = found.plan;
+  const nodePort = found.kind === "node port";
+  const frontend = `${joinHostPort(target.ip, target.port)}/${target.protocol}`;
+  return plan.services
+    .filter((sp) =>
+      sp.protocol === target.protocol &&
+      sp.shadowed?.some((lost) =>
+        lost.heldBy === holder.id && lost.port === target.port &&
+        (nodePort ? lost.kind === "nodePort" : lost.address === target.ip)
+      )
+    )
+    .map((sp) =>
+      `${sp.id} declares ${frontend} too; ${holder.id} holds it, as the lowest service port id claiming it`
+    );
 }
 
 function parseFrom(from: string | undefined): string {

@@ -19,6 +19,7 @@ import {
   type TopologyDecision,
   usesTopologyKeys,
 } from "../../core/topology.ts";
+import { type ModeDescriptor, modeOf, PROXY_MODES } from "../../../backends/registry.ts";
 import type { AddressKind, Answer, Context, EndpointVerdict, ServicePortMatch } from "./types.ts";
 
 // ---------------------------------------------------------------------------
@@ -220,20 +221,49 @@ function sourceRangesOf(
     };
   }
   if (ctx.from === "") {
+    const fromLoadBalancerIPs = sp.allowFromLoadBalancerIPs
+      ? `. They hold a node address, so traffic from the load-balancer IPs themselves is ${byMode()}`
+      : "";
     return {
       ranges,
       answer: "depends",
-      text: `only from ${ranges.join(", ")}; other sources are dropped`,
+      text: `only from ${ranges.join(", ")}; other sources are dropped${fromLoadBalancerIPs}`,
     };
   }
   const allowedBy = ranges.find((cidr) => cidrContains(cidr, ctx.from));
-  return allowedBy === undefined
-    ? {
+  if (allowedBy !== undefined) {
+    return { ranges, answer: "allowed", text: `${ctx.from} is allowed by ${allowedBy}` };
+  }
+  if (sp.allowFromLoadBalancerIPs && sp.loadBalancerIPs.includes(ctx.from)) {
+    return {
       ranges,
-      answer: "dropped",
-      text: `${ctx.from} is outside loadBalancerSourceRanges ${ranges.join(", ")}: dropped`,
-    }
-    : { ranges, answer: "allowed", text: `${ctx.from} is allowed by ${allowedBy}` };
+      answer: "depends",
+      text: `${ctx.from} is a load-balancer IP of the service, outside loadBalancerSourceRanges ${
+        ranges.join(", ")
+      }, which hold a node address: ${byMode()}`,
+    };
+  }
+  return {
+    ranges,
+    answer: "dropped",
+    text: `${ctx.from} is outside loadBalancerSourceRanges ${ranges.join(", ")}: dropped`,
+  };
+}
+
+/** What each mode does with traffic from a load-balancer IP when the Plan's
+ * `allowFromLoadBalancerIPs` is set (its registry entry's `sourceRanges`). */
+function byMode(): string {
+  const modes = (handling: ModeDescriptor["sourceRanges"]) =>
+    PROXY_MODES.filter((mode) => modeOf(mode).sourceRanges === handling);
+  const named = (list: readonly string[]) =>
+    `${list.join(list.length > 2 ? ", " : " and ")} mode${list.length > 1 ? "s" : ""}`;
+  const parts = [
+    `allowed in ${named(modes("with-load-balancer-ips"))}`,
+    `dropped in ${named(modes("ranges-only"))}`,
+  ];
+  const unenforced = modes("not-enforced");
+  if (unenforced.length > 0) parts.push(`${named(unenforced)} does not enforce the ranges`);
+  return parts.join("; ");
 }
 
 function whenEmptyOf(

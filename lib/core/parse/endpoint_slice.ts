@@ -18,15 +18,13 @@ import {
   isObject,
   type Json,
   keepOrdinary,
-  namespacedName,
   objectField,
   optionalBoolean,
+  parseNamespaced,
   type ParseResult,
   quote,
   stringField,
   stringMap,
-  withWarnings,
-  wrap,
 } from "./fields.ts";
 
 /** How many distinct node and zone names {@linkcode shared} remembers before it starts over. */
@@ -59,15 +57,11 @@ export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
  * address are left out, each with a `warnings` entry.
  */
 export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice | null> {
-  let ignored: string | undefined;
-  const warnings: string[] = [];
-  const result = wrap(() => {
-    const { metadata, namespace, name } = namespacedName(raw, checkDNSSubdomain);
-    const root = raw as Json;
+  return parseNamespaced(raw, checkDNSSubdomain, (object) => {
+    const { root, metadata, namespace, name, warnings, ignore } = object;
     const addressType = stringField(root, "addressType", "addressType");
     if (addressType === "FQDN") {
-      ignored = "FQDN";
-      return null;
+      return ignore("FQDN");
     }
     if (addressType !== "IPv4" && addressType !== "IPv6") {
       fail("addressType", addressType, "is not one of IPv4, IPv6, FQDN");
@@ -88,8 +82,6 @@ export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice | nu
     };
     return slice;
   });
-  if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
-  return withWarnings(result, warnings);
 }
 
 function parseSlicePorts(root: Json): SlicePort[] {

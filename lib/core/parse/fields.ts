@@ -199,10 +199,6 @@ export function keepOrdinary(address: string, field: string, warnings: string[])
   return problem === undefined;
 }
 
-export function withWarnings<T>(result: ParseResult<T>, warnings: string[]): ParseResult<T> {
-  return result.ok && warnings.length > 0 ? { ...result, warnings } : result;
-}
-
 export function checkCIDR(value: unknown, field: string): { cidr: string; family: IpFamily } {
   if (typeof value !== "string") fail(field, value, "is not a string");
   const cidr = parseCIDR(value.trim());
@@ -231,14 +227,47 @@ export function metadataOf(raw: unknown): Json {
   return objectField(raw, "metadata", "metadata");
 }
 
-export function namespacedName(raw: unknown, nameCheck: typeof checkDNSLabel) {
-  const metadata = metadataOf(raw);
-  const namespace = checkDNSLabel(
-    stringField(metadata, "namespace", "metadata.namespace"),
-    "metadata.namespace",
-  );
-  const name = nameCheck(stringField(metadata, "name", "metadata.name"), "metadata.name");
-  return { metadata, namespace, name };
+/** A namespaced object being parsed by {@linkcode parseNamespaced}. */
+export interface NamespacedObject {
+  root: Json;
+  metadata: Json;
+  namespace: string;
+  name: string;
+  /** Values left out of the object, one line each. */
+  warnings: string[];
+  /** Marks the object as ignored for `reason` (not an error); returns null to return. */
+  ignore(reason: string): null;
+}
+
+/**
+ * Parses a namespaced object whose name `nameCheck` validates: `parse` gets
+ * it with its metadata and returns the value, or null through `ignore`.
+ *
+ * @returns The value with any `warnings`; null with `ignored`; or the first
+ * invalid field.
+ */
+export function parseNamespaced<T>(
+  raw: unknown,
+  nameCheck: typeof checkDNSLabel,
+  parse: (object: NamespacedObject) => T | null,
+): ParseResult<T | null> {
+  let ignored: string | undefined;
+  const warnings: string[] = [];
+  const ignore = (reason: string) => {
+    ignored = reason;
+    return null;
+  };
+  const result = wrap(() => {
+    const metadata = metadataOf(raw);
+    const namespace = checkDNSLabel(
+      stringField(metadata, "namespace", "metadata.namespace"),
+      "metadata.namespace",
+    );
+    const name = nameCheck(stringField(metadata, "name", "metadata.name"), "metadata.name");
+    return parse({ root: raw as Json, metadata, namespace, name, warnings, ignore });
+  });
+  if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
+  return result.ok && warnings.length > 0 ? { ...result, warnings } : result;
 }
 
 export function uniqueStrings(values: string[]): string[] {

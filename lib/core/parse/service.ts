@@ -19,16 +19,14 @@ import {
   isObject,
   type Json,
   keepOrdinary,
-  namespacedName,
   objectField,
   ordinaryIPs,
+  parseNamespaced,
   type ParseResult,
   specialProblem,
   stringField,
   stringMap,
   uniqueStrings,
-  withWarnings,
-  wrap,
 } from "./fields.ts";
 
 /** Services carrying this label are handled by another proxy, as upstream does. */
@@ -61,23 +59,18 @@ const SERVICE_TYPES: readonly string[] = ["ClusterIP", "NodePort", "LoadBalancer
  * Special externalIPs and ingress IPs are left out, each with a `warnings` entry.
  */
 export function parseService(raw: unknown): ParseResult<Service | null> {
-  let ignored: string | undefined;
-  const warnings: string[] = [];
-  const result = wrap(() => {
-    const { metadata, namespace, name } = namespacedName(raw, checkDNSLabel);
-    const root = raw as Json;
+  return parseNamespaced(raw, checkDNSLabel, (object) => {
+    const { root, metadata, namespace, name, warnings, ignore } = object;
     const spec = objectField(root, "spec", "spec");
     const status = objectField(root, "status", "status");
 
     const labels = stringMap(metadata, "labels", "metadata.labels");
     if (labels[SERVICE_PROXY_NAME_LABEL] !== undefined) {
-      ignored = "service-proxy-name";
-      return null;
+      return ignore("service-proxy-name");
     }
     const rawType = stringField(spec, "type", "spec.type") || "ClusterIP";
     if (rawType === "ExternalName") {
-      ignored = "ExternalName";
-      return null;
+      return ignore("ExternalName");
     }
     if (!SERVICE_TYPES.includes(rawType)) {
       fail("spec.type", rawType, "is not one of ClusterIP, NodePort, LoadBalancer, ExternalName");
@@ -86,8 +79,7 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
 
     const clusterIPs = parseClusterIPs(spec);
     if (clusterIPs === null) {
-      ignored = "headless";
-      return null;
+      return ignore("headless");
     }
 
     const ports = parseServicePorts(spec);
@@ -149,8 +141,6 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
     };
     return service;
   });
-  if (result.ok && ignored !== undefined) return { ok: true, value: null, ignored };
-  return withWarnings(result, warnings);
 }
 
 /**
