@@ -9,6 +9,7 @@
 
 /** Markdown paragraphs, one per finding. */
 export const PROFILE_NOTES: readonly string[] = [
+  "**Issue 23, memory pass (2026-11-26 04:40–05:10).** Start-up and memory (nftables, 1k, 10k, 100k; 3 runs each) were re-measured at 04:58–05:09 (`--only=memory --modes=nftables --runs=3`) while other sessions loaded the 2 cores (load average 2.8–5.1, an iptables storm bench among them); every other figure is from earlier runs. What filled glibc's heap during the lists was dead list-page buffers. `node:https` hands each page over as `Buffer`s whose bytes are malloc'd outside V8's heap (64 KiB pieces and ~2 MB runs); they live long enough to be promoted while pages are decoded and parsed, and only a full collection frees them, which V8 starts from its own heap's growth, not from these bytes. Streaming the 63 MB of list pages of 10k × 10 through `node:https` and dropping every byte peaked at 161–194 MiB (51 MiB for the same process without requests); with a full GC after each page 91 MiB, with a minor GC 106–114 MiB, through `fetch` 108–114 MiB (which cannot make the cluster CA the only trust anchor, see ARCHITECTURE). kproxy now runs a full collection each time a quarter of all bytes listed so far (at least 16 MiB) was read, and at the end of each list (`lib/shell/list_garbage.ts`); V8's `gc` is reached at run time (`v8.setFlagsFromString('--expose-gc')`, then a `node:vm` context), so no deployment has to carry a flag. A/B in the same period, kproxy at 10k: 231/233/237 MiB before, 203/209 with the budget alone, 183/187 with the collection at each list's end too; at 1k 99/99/99 MiB against 107/108/111. Its price is CPU: 7 collections at 10k took 1.37 s of wall time at load 6 (135–270 ms each); a collection after every page gave 173–176 MiB but about 1.5× the start-up. Tried and not kept: a 2 MiB minimum budget (10k: 180–185 MiB for 12 collections; 1k: 97–100 MiB, 92–96 with `--max-semi-space-size=1`), `--max-semi-space-size=1` alone (10k: no gain), `MALLOC_ARENA_MAX=2` at 1k (107–109 MiB against 110–113), running the bundle `dist/kproxy.js` instead of `main.ts` at 1k (109–123 MiB against 110–113: no gain).",
   "**Issue 23, optimisation pass (2026-11-26 03:40–05:00).** Memory, start-up and one change " +
   "(nftables, 1k, 10k, 100k) were re-measured at 04:15–04:29 (`--only=memory,change --modes=nftables`) while three other sessions loaded " +
   "the 2 cores (load average 3.3–5.9); every other figure is from the run of 03:17. Each " +
@@ -31,7 +32,7 @@ export const PROFILE_NOTES: readonly string[] = [
   "strings: `JSON.parse` gives every string longer than 10 characters its own copy, ~50 B per " +
   "endpoint with real node names; the bench's names (node-a, node-b) are short enough for V8 " +
   "to share already, so the bench does not show it.",
-  "**Peak RSS at 1k (111 MiB, 3 runs 107–111; 120 MiB at 03:17; target 90 MiB: missed).** The floor is Deno itself: a process " +
+  "**Peak RSS at 1k (101 MiB, 3 runs 99–104 at 04:58; 111 MiB at 04:15 before the memory pass; target 90 MiB: missed).** At 1k the lists are ~6 MB, below the collection budget, so only the collections at each list's end run; what is left is the floor. The floor is Deno itself: a process " +
   "with kproxy's modules and one HTTPS GET through its transport holds 64 MiB " +
   "(`scripts/bench/modules.ts`: 34–38 MiB of it the deno binary's resident pages, 14 " +
   "anonymous, 6.5 malloc), and 1k services' data is ~5 MiB of live heap. A profile of a start " +
@@ -45,19 +46,19 @@ export const PROFILE_NOTES: readonly string[] = [
   "minimum heap), not kproxy's data. Next step: a build with a smaller binary (no npm " +
   "compatibility layer: node:http/https are loaded for the apiserver transport) or a different " +
   "allocator; measure `deno compile`'s executable, not `deno run`.",
-  "**Peak RSS at 10k (244 MiB, 3 runs 234–249; 248 MiB at 03:17; target 150 MiB: missed).** Profile at 10k: the peak comes " +
+  "**Peak RSS at 10k (187 MiB, 3 runs 184–195 at 04:59; 244 MiB at 04:15 before the memory pass; target 150 MiB: missed).** Of the 65–80 MiB of glibc heap below, ~45 MiB were dead list-page buffers, now collected (memory pass above); what stands in the way now is the floor (64 MiB), the live data (tracker 26 MiB, plan 16 MiB, resourceVersions 3.5 MiB) and V8's heap slack over it, and the page buffers still alive between two collections. Profile at 10k, before that pass: the peak comes " +
   "with the lists (heap 85–107 MiB used, 92–116 committed) or the first sync (+15–30 MiB: plan " +
   "and render); of the heap, what lives is the tracker's validated objects (26.3 MiB: " +
   "2760 B per service, two thirds of it the 10 endpoint objects and their address strings), " +
   "the plan (15.8 MiB), the source's resourceVersions (3.5 MiB) and the nftables transaction " +
   "while nft reads it (6 MiB); glibc's heap holds 65–80 MiB that it does not give back after " +
-  "the lists. That part grows with the listed bytes but is not the response buffers (bodies " +
-  "now decoded piece by piece: no change) nor the page size (100 and 50 items per page: no " +
-  "change). Next steps: packed endpoints (typed arrays of addresses and flags per slice, " +
+  "the lists. That part grows with the listed bytes: it was the response buffers, dead but not " +
+  "collected (decoding bodies piece by piece could not free them). Next steps: packed endpoints (typed arrays of addresses and flags per slice, " +
   "shared by tracker and plan: ~25 MiB at 10k), streaming the full render into nft without " +
-  "holding the transaction, and finding what fills glibc's heap (`MALLOC_ARENA_MAX=2` shaved " +
-  "~15 MiB of it).",
-  "**Peak RSS at 100k (1072 MiB, the median of 2 runs, 1043 and 1100, and 1032 in a run at 04:19; 1134 MiB at 03:17; target 1 GiB: missed by 2–7%).** Profile at 100k (04:00, " +
+  "holding the transaction, and reading list pages without `node:https`'s buffers (`fetch` held " +
+  "~55 MiB less for the same bytes, but its client cannot drop the default roots; a transport " +
+  "over `Deno.connectTls` would need the same trust contract) so no collection is needed.",
+  "**Peak RSS at 100k (892 MiB, 3 runs 882–905 at 05:00–05:09, lists done at 702 MiB; 1072 MiB at 04:15 before the memory pass; target 1 GiB: met).** Start-up to the first sync 85.7 s (108.8 s before, at a higher load): the ~18 collections the budget runs at this size (about 630 MB listed) did not show as a slowdown. Profile at 100k before that pass (04:00, " +
   "load 5–6): 912 MiB at the end of the lists (heap 691 MiB used, glibc's heap 242 MiB), " +
   "in the bench 852–892 MiB at the end of the lists and 180–210 MiB more after the first sync; " +
   "1074 MiB once the 56 MiB nft input was rendered (plan ~160 MiB, transaction ~60 MiB). The " +
@@ -70,7 +71,7 @@ export const PROFILE_NOTES: readonly string[] = [
   "of the same input vary by ±25% on this machine. Next step: fewer elements per endpoint " +
   "(the slot map holds one element per endpoint and the hairpin set one per local endpoint; " +
   "the rest is per service).",
-  "**Start-up to first sync at 10k (9.1 s at a load of 5–5.6, when the fake apiserver took 2.7 s to serve one list; 5.4 s at 03:17; target 2 s: missed).** The fake apiserver " +
+  "**Start-up to first sync at 10k (11.4 s at 04:59, load ~5, when the fake apiserver took 3.0 s to serve one list; 9.1 s at 04:15; 5.4 s at 03:17; target 2 s: missed).** The memory pass added ~7 full collections during the lists (1.37 s of wall time at load 6, about half that on an idle machine by their CPU share). The fake apiserver " +
   "alone takes 1.8–2.7 s to serve one paged list of the cluster (last column of the start-up " +
   "table) and the first nftables load 2.3–3.1 s (10k × 10, full sync table), so no client " +
   "reaches 2 s against it on this machine; kube-proxy 1.36 took 11.2 s. kproxy's own share " +

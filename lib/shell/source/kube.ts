@@ -27,6 +27,7 @@ import type { ObjectKind, Source, SourceListener } from "../../core/source.ts";
 import { systemClock } from "../clock.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
+import { ListGarbage } from "../list_garbage.ts";
 import { ApiTransport } from "./transport.ts";
 import { splitListPage } from "../../core/parse/list_page.ts";
 
@@ -179,6 +180,7 @@ export class KubeSource implements Source {
   readonly #missingRetryMs: number;
   readonly #pageSize: number;
   readonly #transport = new ApiTransport();
+  readonly #garbage = new ListGarbage();
   #warnedInsecure = false;
 
   /**
@@ -386,7 +388,9 @@ export class KubeSource implements Source {
         throw new GoneError("list continuation expired");
       }
       if (response.status !== 200) throw await this.#statusError(response);
-      const { envelope: list, items } = splitListPage(await bodyText(response));
+      const text = await bodyText(response);
+      this.#garbage.listed(text.length);
+      const { envelope: list, items } = splitListPage(text);
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
       for (let i = 0; i < items.length; i++) {
         const item = JSON.parse(items[i]!);
@@ -401,6 +405,7 @@ export class KubeSource implements Source {
       const next = metadataOf(list).continue;
       continueToken = typeof next === "string" ? next : "";
     } while (continueToken !== "");
+    this.#garbage.ended();
     return { resourceVersion };
   }
 

@@ -1,0 +1,37 @@
+import assert from "node:assert/strict";
+import { ListGarbage } from "../../lib/shell/list_garbage.ts";
+
+const MiB = 1024 * 1024;
+
+Deno.test("ListGarbage collects every 16 MiB listed, then every quarter of all listed", () => {
+  let collections = 0;
+  const garbage = new ListGarbage(() => collections++);
+  for (let i = 0; i < 15; i++) garbage.listed(MiB);
+  assert.equal(collections, 0);
+  garbage.listed(MiB);
+  assert.equal(collections, 1);
+  for (let i = 0; i < 48; i++) garbage.listed(MiB);
+  assert.equal(collections, 4, "16 MiB budgets up to 64 MiB listed");
+  for (let i = 0; i < 16; i++) garbage.listed(MiB);
+  for (let i = 0; i < 5; i++) garbage.listed(MiB);
+  assert.equal(collections, 4, "at 85 MiB listed the budget is 21.25 MiB");
+  garbage.listed(MiB);
+  assert.equal(collections, 5);
+});
+
+Deno.test("ListGarbage collects at the end of a list only what pages left", () => {
+  let collections = 0;
+  const garbage = new ListGarbage(() => collections++);
+  garbage.ended();
+  assert.equal(collections, 0);
+  garbage.listed(1000);
+  garbage.ended();
+  garbage.ended();
+  assert.equal(collections, 1);
+});
+
+Deno.test("ListGarbage's default collection runs V8's gc without flags", () => {
+  const garbage = new ListGarbage();
+  garbage.listed(1);
+  garbage.ended();
+});
