@@ -149,14 +149,15 @@ function renderInPlace(
 
 /**
  * A partial sync too big for one iptables-nft-restore input, in the order a
- * chunked full sync uses ({@linkcode SyncInputs}): every chain of a service
- * port whose rules differ is written whole, in bounded staging inputs, under
- * the spelling the kernel does not hold (its alternate name while the
- * upstream one lives, else the upstream one), so nothing references it yet;
- * the commit switches the top-level chains to them (per table, as a full
- * sync's commit); bounded cleanup inputs then delete the old spellings and
- * the chains of removed services and endpoints, callers first. Services
- * whose rules are the same keep their chains and names.
+ * chunked full sync uses ({@linkcode SyncInputs}). Bounded staging inputs
+ * write the chains nothing references yet: new chains under their upstream
+ * name, and chains whose rules differ (or that jump to such a chain) under
+ * the spelling the kernel does not hold (the alternate name while the
+ * upstream one lives, else the upstream one); the commit switches the
+ * top-level chains to them (per table, as a full sync's commit); bounded
+ * cleanup inputs then delete the old spellings and the chains of removed
+ * services and endpoints, callers first. Chains whose rules and callees are
+ * the same keep their names and are not written.
  */
 function renderChunkedPartialSync(
   { previous, next }: PartialChange,
@@ -166,12 +167,23 @@ function renderChunkedPartialSync(
   const live = options.alternates ?? new Set<string>();
   const current = (chain: string) => live.has(chain) ? alternateChainName(chain) : chain;
   const oldChains = merged(changes.map((service) => service.before));
-  const moved = (chain: string) => {
-    if (!oldChains.has(chain)) return chain;
+  const newChains = merged(changes.map((service) => service.after));
+  const moving = new Set<string>();
+  const target = (chain: string) => {
+    if (!oldChains.has(chain)) return newChains.has(chain) ? chain : current(chain);
+    if (!moving.has(chain)) return current(chain);
     return live.has(chain) ? chain : alternateChainName(chain);
   };
-  const newChains = merged(changes.map((service) => service.after));
-  const target = (chain: string) => newChains.has(chain) ? moved(chain) : current(chain);
+  // Callees first (SEP, SVC/SVL, EXT, FW): a chain moves when its rules, callees renamed, differ.
+  const byCallee = [...newChains.keys()].sort((a, b) => callerRank(b) - callerRank(a));
+  for (const chain of byCallee) {
+    const before = oldChains.get(chain);
+    if (before === undefined) continue;
+    const [after] = renamed(new Map([[chain, newChains.get(chain)!]]), target).values();
+    const [was] = renamed(new Map([[chain, before]]), current).values();
+    if (!sameRules(was, after!)) moving.add(chain);
+  }
+  const written = (chain: string) => !oldChains.has(chain) || moving.has(chain);
 
   const staging: IptablesRestoreScript[] = [];
   let chunk: ChainRules = new Map();
@@ -183,8 +195,9 @@ function renderChunkedPartialSync(
     chunk = new Map();
   };
   for (const { after } of changes) {
-    if (chunk.size > 0 && chunk.size + after.size > options.maxChainsPerChunk) flush();
-    for (const [chain, rules] of renamed(after, target)) chunk.set(chain, rules);
+    const chains = [...after].filter(([chain]) => written(chain));
+    if (chunk.size > 0 && chunk.size + chains.length > options.maxChainsPerChunk) flush();
+    for (const [chain, rules] of renamed(new Map(chains), target)) chunk.set(chain, rules);
   }
   flush();
 
@@ -200,7 +213,9 @@ function renderChunkedPartialSync(
   const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
 
   // Callers before callees: an input deletes chains whose callers went in it or before.
-  const stale = [...oldChains.keys()].sort((a, b) => callerRank(a) - callerRank(b));
+  const stale = [...oldChains.keys()]
+    .filter((chain) => !newChains.has(chain) || moving.has(chain))
+    .sort((a, b) => callerRank(a) - callerRank(b));
   const cleanup = chunks(stale, options.maxChainsPerChunk).map((group) => {
     const script = new IptablesRestoreScript(next.family);
     for (const chain of group) script.deleteChain("nat", current(chain));

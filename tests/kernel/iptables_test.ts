@@ -72,11 +72,14 @@ for (const variant of ["nft", "legacy"] as const) {
               name: `storm-${i}`,
               clusterIP: `10.96.3.${i + 1}`,
               nodePort: i % 5 === 0 ? 30600 + i : 0,
-              endpoints: [endpointOf(pods[(i + shift) % pods.length]!)],
+              // Even services keep one of their two endpoints: its chain stays as it is.
+              endpoints: (i % 2 === 0 ? [0, 1] : [0]).map((k) =>
+                endpointOf(pods[(i + shift + k) % pods.length]!)
+              ),
             }));
         const previous = plans(storm(0, 40));
         await backend.sync({ plans: previous, previous: [], changed: new Set(), full: true });
-        // Every service moves to another pod, the last goes, one comes.
+        // Every service moves to another pod, the last goes, two come.
         const next = plans([...storm(1, 39), ...storm(1, 42).slice(40)]);
         const changed = new Set(storm(0, 42).map((service) => service.id));
         const result = await backend.sync({ plans: next, previous, changed, full: false });
@@ -87,11 +90,14 @@ for (const variant of ["nft", "legacy"] as const) {
 
         for (let i = 0; i < 41; i++) {
           const ip = i < 39 ? `10.96.3.${i + 1}` : "10.96.3.42";
-          const pod = pods[(i < 39 ? i + 1 : 42) % pods.length]!;
+          const index = i < 39 ? i : 41;
+          const allowed = (index % 2 === 0 ? [1, 2] : [1]).map((k) =>
+            pods[(index + k) % pods.length]!.name
+          );
           const replies = await topology.requests(topology.client, [
             { protocol: "TCP", ip, port: 80 },
           ]);
-          assert.deepEqual(assertAnsweredBy(replies, [pod.name]), new Set([pod.name]), ip);
+          assert.equal(assertAnsweredBy(replies, allowed).size, 1, ip);
         }
         const save = async (table: string) =>
           upstreamTable(
