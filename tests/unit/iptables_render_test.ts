@@ -469,3 +469,31 @@ Deno.test("renderPartialSync() over maxChainsPerChunk stages under free names, s
   const small = renderPartialSync({ previous: old, next, changed }, { maxChainsPerChunk: 100 });
   assert.deepEqual([small.staging, small.cleanup], [[], []], "below the limit: one input");
 });
+
+Deno.test("renderPartialSync() chunked keeps the chains whose rules and callees are the same", () => {
+  const ports = (moved: string) =>
+    Array.from({ length: 4 }, (_, i) => {
+      const eps = [endpoint(`10.244.${i}.1`, 8080), endpoint(`10.244.${i}.${moved}`, 8080)];
+      return servicePort({
+        name: `svc-${i}`,
+        clusterIPs: [`10.96.1.${i}`],
+        internal: traffic(eps),
+        external: traffic(eps),
+      });
+    });
+  const [old, next] = [plan(ports("2")), plan(ports("3"))];
+  const changed = new Set(old.services.map((s) => s.id));
+  const sync = renderPartialSync({ previous: old, next, changed }, { maxChainsPerChunk: 3 });
+  const staged = sync.staging.flatMap((script) => script.chainNames("nat"));
+  const deleted = sync.cleanup.flatMap((script) => script.deletedChains("nat"));
+  for (const [i, service] of next.services.entries()) {
+    const svc = serviceChainNames(service).cluster;
+    const kept = endpointChainName(service, service.internal.endpoints[0]!);
+    const added = endpointChainName(service, service.internal.endpoints[1]!);
+    const gone = endpointChainName(old.services[i]!, old.services[i]!.internal.endpoints[1]!);
+    assert.ok(staged.includes(alternateChainName(svc)) && staged.includes(added));
+    assert.ok(!staged.some((chain) => chain.startsWith(kept)), "an unchanged endpoint chain");
+    assert.ok(deleted.includes(svc) && deleted.includes(gone) && !deleted.includes(kept));
+    assert.ok(sync.alternates.has(svc) && !sync.alternates.has(added));
+  }
+});
