@@ -89,10 +89,13 @@ export const PROFILE_NOTES: readonly string[] = [
   "cleanup input), 0.7–0.9 s up to 100 in one input. The storm coalesced into one sync of all 10k services " +
   "(20k chains written, 20k deleted, 21 inputs, the longest 12.0 s); a first version that moved " +
   "every chain of a changed service took 144.3 s (04:54, 1 sync, 0 full), the chunked full sync " +
-  "130.0 s (04:24). So when every service changes, the cost is still that of the whole table: " +
-  "each iptables-nft-restore input reads the 110k-chain table back before it applies. Next step: " +
-  "time each input of the storm's sync (the bench keeps only the longest) and try larger " +
-  "partial chunks, since the per-input table read, not the chains declared, may dominate here.",
+  "130.0 s (04:24). Measured alone at 05:15 (the backend on a loaded 10k × 10 table, " +
+  "`benchPlan`/`moveEndpoints`), one partial sync of all 10k services takes 57.6 s: 10 staging " +
+  "inputs of 2000 chains at 3.8–5.5 s each (into an empty table such an input takes 0.3–0.5 s: " +
+  "the 110k chains already there cost the rest), the commit 2.0 s, 10 cleanup inputs of ~0.1 s; with 7000 chains per input " +
+  "it had not finished after 340 s (quadratic). So two thirds of the storm's 176.6 s lie outside " +
+  "the restores. Next step: time the storm's sync by phase (planning, render, each input) in " +
+  "the bench, which keeps only the longest command.",
   "Runs of 2026-11-23. The nftables full syncs (median of three fresh namespaces each), the " +
   "one-change sections of both modes, start-up, memory and both storms were re-measured at " +
   "16:29–16:48, after the memory work described below; the data path at 15:13; the iptables " +
