@@ -3,8 +3,9 @@
  * applies it with `iptables-restore --noflush`: one input per family and
  * sync, whose table blocks commit one by one in an order that keeps every
  * service old or new (`SyncInputs`), plus, for a chunked full sync, inputs
- * before it that fill chains no rule uses yet and inputs after it that
- * delete the ones left behind. The first sync, a sync after a failure and
+ * or a partial sync too big for one iptables-nft input, inputs before it
+ * that fill chains no rule uses yet and inputs after it that delete the
+ * ones left behind. The first sync, a sync after a failure and
  * every `request.full` sync rewrite everything kproxy owns; other syncs
  * write only the chains that changed.
  *
@@ -82,8 +83,9 @@ export interface IptablesBackendOptions {
   /** Families this backend programs; plans of other families are ignored. @default {["IPv4", "IPv6"]} */
   families?: IpFamily[];
   /**
-   * Per-service chains per iptables-nft-restore input on full syncs: its time
-   * is quadratic in the chains declared in one input (see `renderFullSync`).
+   * Per-service chains per iptables-nft-restore input on full and partial
+   * syncs: its time is quadratic in the chains declared in one input (see
+   * `renderFullSync`, `renderPartialSync`).
    * @default {2000}
    */
   nftChainsPerRestore?: number;
@@ -227,16 +229,14 @@ class IptablesBackend implements Backend {
       // Entering or leaving large cluster mode changes the rules of every service.
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
-      const partial = rewriteAll
-        ? undefined
+      const applied = rewriteAll
+        ? await this.#syncFull(plan, programs, previous?.serviceCounters === true)
         : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
-      const applied = partial ??
-        await this.#syncFull(plan, programs, previous?.serviceCounters === true);
       this.#applied.set(plan.family, plan);
-      full ||= partial === undefined;
-      const kind = partial === undefined ? "full" : "partial";
+      full ||= rewriteAll;
+      const kind = rewriteAll ? "full" : "partial";
       // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
-      const counts = partial === undefined ? new Map<string, number>() : counted;
+      const counts = rewriteAll ? new Map<string, number>() : counted;
       if (counts !== undefined) {
         const written = countChainRules(counts, applied.inputs.flat());
         this.#chainRules.set(plan.family, counts);
@@ -377,7 +377,7 @@ class IptablesBackend implements Backend {
         filter: parseSavedChains(filter ?? ""),
       },
       insertJumps: missingJumps({ nat, filter }, known),
-      maxChainsPerChunk: this.#variant === "nft" ? this.#nftChainsPerRestore : Infinity,
+      maxChainsPerChunk: this.#maxChainsPerChunk(),
     });
     const applied = await this.#apply(programs, sync);
     this.#alternates.set(plan.family, sync.alternates);
@@ -404,26 +404,16 @@ class IptablesBackend implements Backend {
     return { rules, inputs };
   }
 
-  /**
-   * Restores only what changed; undefined, with nothing run, when the change
-   * declares more chains than one iptables-nft-restore input should hold
-   * (its cost is quadratic in them): the chunked full sync is then cheaper.
-   */
+  /** Restores only what changed, chunked like a full sync when it declares too many chains. */
   async #syncPartial(
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
-  ): Promise<Applied | undefined> {
+  ): Promise<Applied> {
     const sync = renderPartialSync(change, {
       ...this.#renderOptions,
       alternates: this.#alternates.get(change.next.family),
+      maxChainsPerChunk: this.#maxChainsPerChunk(),
     });
-    const chains = sync.commit.reduce((sum, script) => sum + script.chainNames("nat").length, 0);
-    if (this.#variant === "nft" && chains > this.#nftChainsPerRestore) {
-      logger.debug("Partial sync declares {chains} chains: syncing fully in chunks instead", {
-        chains,
-      });
-      return undefined;
-    }
     const changedPorts = (plan: Plan) => plan.services.filter((s) => change.changed.has(s.id));
     const before = planNfacctNames(change.previous, changedPorts(change.previous));
     const after = planNfacctNames(change.next, changedPorts(change.next));
@@ -432,6 +422,11 @@ class IptablesBackend implements Backend {
     this.#alternates.set(change.next.family, sync.alternates);
     await this.#deleteNfacct([...before].filter((name) => !after.has(name)));
     return applied;
+  }
+
+  /** iptables-legacy-restore rewrites whole tables: only the nft variant gains from chunks. */
+  #maxChainsPerChunk(): number {
+    return this.#variant === "nft" ? this.#nftChainsPerRestore : Infinity;
   }
 
   async #save(programs: IptablesPrograms, table: IptablesTable): Promise<string | undefined> {

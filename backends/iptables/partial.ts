@@ -1,7 +1,9 @@
 /**
  * A partial iptables sync: the chains of the changed service ports whose
  * rules differ, rewritten in place, and the top-level chains only when their
- * rules differ. Pure.
+ * rules differ; or, when that declares more chains than one input may hold,
+ * the same change chunked: new chains staged under free names, one switching
+ * commit, the old chains deleted after. Pure.
  *
  * @module
  */
@@ -10,7 +12,7 @@ import type { Plan } from "../../lib/core/plan.ts";
 import type { IptablesTable } from "./chains.ts";
 import { alternateChainName } from "./names.ts";
 import { IptablesRestoreScript } from "./script.ts";
-import { renamed, type SyncInputs, widenFilter } from "./render.ts";
+import { callerRank, chunks, renamed, type SyncInputs, widenFilter } from "./render.ts";
 import { type ChainRules, type IptablesRenderOptions, sameRules, writeChains } from "./rules.ts";
 import { isLargeCluster, renderServiceChains } from "./service_chains.ts";
 import { renderTopLevelChains } from "./top_level.ts";
@@ -52,41 +54,82 @@ function deleteRemovedChains(
 export interface PartialSyncOptions extends IptablesRenderOptions {
   /** Upstream names of the per-service chains that live under their alternate name. */
   alternates?: ReadonlySet<string>;
+  /**
+   * Chains one input may declare (iptables-nft-restore is quadratic in
+   * them); a change declaring more is chunked. `Infinity` never chunks.
+   * @default {Infinity}
+   */
+  maxChainsPerChunk?: number;
+}
+
+/** One changed service port's chains on each side, under their upstream names. */
+interface ServiceChange {
+  before: ChainRules;
+  after: ChainRules;
+}
+
+function differs(change: ServiceChange): boolean {
+  if (change.before.size !== change.after.size) return true;
+  for (const [chain, rules] of change.after) {
+    if (!sameRules(change.before.get(chain), rules)) return true;
+  }
+  return false;
+}
+
+function merged(groups: readonly ChainRules[]): ChainRules {
+  return new Map(groups.flatMap((chains) => [...chains]));
 }
 
 /**
- * Renders the changes from `previous` to `next` as one switching input
- * ({@linkcode SyncInputs.commit}): the per-service chains of changed
+ * Renders the changes from `previous` to `next`. Unchunked, one switching
+ * input ({@linkcode SyncInputs.commit}): the per-service chains of changed
  * services whose rules differ, rewritten in place under the names they
  * have, top-level chains only when their rules differ (an endpoint-only
  * change leaves KUBE-SERVICES alone), and `-X` for chains of removed
- * services and endpoints. Empty when nothing changed.
+ * services and endpoints. Empty when nothing changed. When that commit would
+ * declare more than `maxChainsPerChunk` nat chains, see
+ * {@linkcode renderChunkedPartialSync}.
  */
 export function renderPartialSync(
   change: PartialChange,
   options: PartialSyncOptions = {},
 ): SyncInputs {
   const { previous, next } = change;
+  const oldServices = new Map(previous.services.map((service) => [service.id, service]));
+  const newServices = new Map(next.services.map((service) => [service.id, service]));
+  const wasLarge = isLargeCluster(previous);
+  const isLarge = isLargeCluster(next);
+  const changes: ServiceChange[] = [];
+  for (const id of [...change.changed].sort()) {
+    const before = oldServices.get(id);
+    const after = newServices.get(id);
+    const service = {
+      before: before ? renderServiceChains(before, previous, wasLarge) : new Map(),
+      after: after ? renderServiceChains(after, next, isLarge) : new Map(),
+    };
+    if (differs(service)) changes.push(service);
+  }
+  const declared = changes.reduce(
+    (sum, service) => sum + new Set([...service.before.keys(), ...service.after.keys()]).size,
+    0,
+  );
+  const max = options.maxChainsPerChunk ?? Infinity;
+  return declared > max
+    ? renderChunkedPartialSync(change, changes, { ...options, maxChainsPerChunk: max })
+    : renderInPlace(change, changes, options);
+}
+
+function renderInPlace(
+  { previous, next }: PartialChange,
+  changes: readonly ServiceChange[],
+  options: PartialSyncOptions,
+): SyncInputs {
   const live = options.alternates ?? new Set<string>();
   const name = (chain: string) => live.has(chain) ? alternateChainName(chain) : chain;
   const oldTop = renderTopLevelChains(previous, options);
   const newTop = renderTopLevelChains(next, options);
-  const oldServices = new Map(previous.services.map((service) => [service.id, service]));
-  const newServices = new Map(next.services.map((service) => [service.id, service]));
-  const oldChains: ChainRules = new Map();
-  const newChains: ChainRules = new Map();
-  const wasLarge = isLargeCluster(previous);
-  const isLarge = isLargeCluster(next);
-  for (const id of [...change.changed].sort()) {
-    const before = oldServices.get(id);
-    const after = newServices.get(id);
-    if (before) {
-      for (const [c, r] of renderServiceChains(before, previous, wasLarge)) oldChains.set(c, r);
-    }
-    if (after) {
-      for (const [c, r] of renderServiceChains(after, next, isLarge)) newChains.set(c, r);
-    }
-  }
+  const oldChains = merged(changes.map((service) => service.before));
+  const newChains = merged(changes.map((service) => service.after));
   const alternates = new Set(
     [...live].filter((chain) => !oldChains.has(chain) || newChains.has(chain)),
   );
@@ -102,4 +145,86 @@ export function renderPartialSync(
   deleteRemovedChains(narrow, "filter", oldTop.filter, newTop.filter);
   const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
   return { staging: [], commit, cleanup: [], alternates };
+}
+
+/**
+ * A partial sync too big for one iptables-nft-restore input, in the order a
+ * chunked full sync uses ({@linkcode SyncInputs}). Bounded staging inputs
+ * write the chains nothing references yet: new chains under their upstream
+ * name, and chains whose rules differ (or that jump to such a chain) under
+ * the spelling the kernel does not hold (the alternate name while the
+ * upstream one lives, else the upstream one); the commit switches the
+ * top-level chains to them (per table, as a full sync's commit); bounded
+ * cleanup inputs then delete the old spellings and the chains of removed
+ * services and endpoints, callers first. Chains whose rules and callees are
+ * the same keep their names and are not written.
+ */
+function renderChunkedPartialSync(
+  { previous, next }: PartialChange,
+  changes: readonly ServiceChange[],
+  options: PartialSyncOptions & { maxChainsPerChunk: number },
+): SyncInputs {
+  const live = options.alternates ?? new Set<string>();
+  const current = (chain: string) => live.has(chain) ? alternateChainName(chain) : chain;
+  const oldChains = merged(changes.map((service) => service.before));
+  const newChains = merged(changes.map((service) => service.after));
+  const moving = new Set<string>();
+  const target = (chain: string) => {
+    if (!oldChains.has(chain)) return newChains.has(chain) ? chain : current(chain);
+    if (!moving.has(chain)) return current(chain);
+    return live.has(chain) ? chain : alternateChainName(chain);
+  };
+  // Callees first (SEP, SVC/SVL, EXT, FW): a chain moves when its rules, callees renamed, differ.
+  const byCallee = [...newChains.keys()].sort((a, b) => callerRank(b) - callerRank(a));
+  for (const chain of byCallee) {
+    const before = oldChains.get(chain);
+    if (before === undefined) continue;
+    const [after] = renamed(new Map([[chain, newChains.get(chain)!]]), target).values();
+    const [was] = renamed(new Map([[chain, before]]), current).values();
+    if (!sameRules(was, after!)) moving.add(chain);
+  }
+  const written = (chain: string) => !oldChains.has(chain) || moving.has(chain);
+
+  const staging: IptablesRestoreScript[] = [];
+  let chunk: ChainRules = new Map();
+  const flush = () => {
+    if (chunk.size === 0) return;
+    const script = new IptablesRestoreScript(next.family);
+    writeChains(script, "nat", chunk);
+    staging.push(script);
+    chunk = new Map();
+  };
+  for (const { after } of changes) {
+    const chains = [...after].filter(([chain]) => written(chain));
+    if (chunk.size > 0 && chunk.size + chains.length > options.maxChainsPerChunk) flush();
+    for (const [chain, rules] of renamed(new Map(chains), target)) chunk.set(chain, rules);
+  }
+  flush();
+
+  const oldTop = renderTopLevelChains(previous, options);
+  const newTop = renderTopLevelChains(next, options);
+  const widen = new IptablesRestoreScript(next.family);
+  widenFilter(widen, oldTop.filter, newTop.filter, new Set(oldTop.filter.keys()));
+  const nat = new IptablesRestoreScript(next.family);
+  writeChangedChains(nat, "nat", renamed(oldTop.nat, current), renamed(newTop.nat, target));
+  const narrow = new IptablesRestoreScript(next.family);
+  writeChangedChains(narrow, "filter", oldTop.filter, newTop.filter);
+  deleteRemovedChains(narrow, "filter", oldTop.filter, newTop.filter);
+  const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
+
+  // Callers before callees: an input deletes chains whose callers went in it or before.
+  const stale = [...oldChains.keys()]
+    .filter((chain) => !newChains.has(chain) || moving.has(chain))
+    .sort((a, b) => callerRank(a) - callerRank(b));
+  const cleanup = chunks(stale, options.maxChainsPerChunk).map((group) => {
+    const script = new IptablesRestoreScript(next.family);
+    for (const chain of group) script.deleteChain("nat", current(chain));
+    return script;
+  });
+
+  const alternates = new Set([...live].filter((chain) => !oldChains.has(chain)));
+  for (const chain of newChains.keys()) {
+    if (target(chain) !== chain) alternates.add(chain);
+  }
+  return { staging, commit, cleanup, alternates };
 }

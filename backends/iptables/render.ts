@@ -151,12 +151,13 @@ export function widenFilter(
 }
 
 /** Where a per-service chain stands in the jumps between them: callers first. */
-function callerRank(chain: string): number {
+export function callerRank(chain: string): number {
   const kind = /^KUBE-([A-Z]+)-/.exec(chain)?.[1];
   return kind === "FW" ? 0 : kind === "EXT" ? 1 : kind === "SEP" ? 3 : 2;
 }
 
-function chunks<T>(items: readonly T[], size: number): T[][] {
+/** `items` cut into consecutive runs of at most `size`. */
+export function chunks<T>(items: readonly T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
   return out;

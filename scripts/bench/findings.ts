@@ -79,13 +79,24 @@ export const PROFILE_NOTES: readonly string[] = [
   "responses, cutting and parsing items, validating, GC; cutting adds ~0.5 s, see above) and " +
   "0.7–0.8 s of planning and rendering. Next step: start the nft load of services " +
   "already listed while the lists go on (the first sync would then be several).",
-  "**iptables event storm at 10k (not re-measured; 130 s, 1 full sync; target: chunked partial " +
-  "syncs: missed, not attempted in this pass).** What stands in the way: a partial sync that " +
-  "declares more than 2000 chains becomes the chunked full sync (`#syncPartial` in " +
-  "`backends/iptables/applier.ts`), because iptables-nft-restore is quadratic in the chains " +
-  "of one input. Chunking partial syncs means cutting the commit input by service while new " +
-  "chains exist before KUBE-SERVICES jumps to them and old ones are deleted only after: the " +
-  "staging, commit and cleanup order the chunked full sync already follows.",
+  "**iptables event storm at 10k (re-measured 2026-11-26 05:09–05:13, load 4.5–6 while other " +
+  "sessions ran; 176.6 s to converge, 1 sync, 0 full; target: chunked partial syncs, no full " +
+  "sync: met; converging faster than the chunked full sync: not shown).** A partial sync that " +
+  "declares more chains than one iptables-nft-restore input should hold (2000) is now chunked " +
+  "itself (`renderPartialSync` in `backends/iptables/partial.ts`): new and differing chains are " +
+  "staged under names no rule uses yet, one commit switches KUBE-SERVICES & co., and the old " +
+  "spellings are deleted after, callers first; unchanged endpoint chains keep their names. " +
+  "Partial syncs by size (table above): 1000 changed services in 6.6 s (one staging, one commit and one " +
+  "cleanup input), 0.7–0.9 s up to 100 in one input. The storm coalesced into one sync of all 10k services " +
+  "(20k chains written, 20k deleted, 21 inputs, the longest 12.0 s); a first version that moved " +
+  "every chain of a changed service took 144.3 s (04:54, 1 sync, 0 full), the chunked full sync " +
+  "130.0 s (04:24). Measured alone at 05:15 (the backend on a loaded 10k × 10 table, " +
+  "`benchPlan`/`moveEndpoints`), one partial sync of all 10k services takes 57.6 s: 10 staging " +
+  "inputs of 2000 chains at 3.8–5.5 s each (into an empty table such an input takes 0.3–0.5 s: " +
+  "the 110k chains already there cost the rest), the commit 2.0 s, 10 cleanup inputs of ~0.1 s; with 7000 chains per input " +
+  "it had not finished after 340 s (quadratic). So two thirds of the storm's 176.6 s lie outside " +
+  "the restores. Next step: time the storm's sync by phase (planning, render, each input) in " +
+  "the bench, which keeps only the longest command.",
   "Runs of 2026-11-23. The nftables full syncs (median of three fresh namespaces each), the " +
   "one-change sections of both modes, start-up, memory and both storms were re-measured at " +
   "16:29–16:48, after the memory work described below; the data path at 15:13; the iptables " +
@@ -155,8 +166,8 @@ export const PROFILE_NOTES: readonly string[] = [
   "`iptables-nft-restore` input should hold (it is quadratic in its chains; the first storm " +
   "of this day hit the 300 s command timeout) becomes the chunked full sync: the storm took " +
   "3 syncs (2 full), the longest command 4.4 s, the last change in the kernel 110 s after " +
-  "the first (was 373 s), nothing lost. Next step: chunk partial syncs themselves, so a " +
-  "storm costs what changed.",
+  "the first (was 373 s), nothing lost. Partial syncs are now chunked themselves (2026-11-26: " +
+  "no full sync, 176.6 s; see the issue 23 paragraph above).",
   "**Atomic loads (A/B of 2026-11-26 on this machine while other work ran, load 4–6).** " +
   "nftables at 10k × 10, median of 6 fresh namespaces each: full sync 4.32 s before the " +
   "load guard, 4.35 s with it (it adds one small nft batch before each full sync, two " +

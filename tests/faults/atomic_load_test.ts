@@ -41,11 +41,13 @@ interface Captured {
 /**
  * Runs commands through `inner` and records the loads `load` selects with
  * their stdin; while {@linkcode CapturingExecutor.holding}, loads are not run
- * but answered with a failure, so the kernel keeps the previous ruleset.
+ * but answered with a failure, so the kernel keeps the previous ruleset; so
+ * is the load numbered {@linkcode CapturingExecutor.failing} (from 0).
  */
 class CapturingExecutor implements Executor {
   readonly loads: Captured[] = [];
   holding = false;
+  failing = -1;
 
   constructor(readonly inner: Executor, readonly load: (command: Command) => boolean) {}
 
@@ -54,7 +56,7 @@ class CapturingExecutor implements Executor {
     const writes = command.stdin === undefined ? [] : [...stdinWrites(command.stdin)];
     const recorded = { ...command, stdin: writes.join("") };
     this.loads.push({ command: recorded, writes });
-    if (!this.holding) return this.inner.run(recorded);
+    if (!this.holding && this.loads.length - 1 !== this.failing) return this.inner.run(recorded);
     return Promise.resolve({ code: 1, stdout: "", stderr: "held by the test" });
   }
 }
@@ -425,8 +427,14 @@ function isRestore(command: Command): boolean {
  */
 async function checkIptablesSync(
   variant: "legacy" | "nft",
-  options: { full: boolean; lines: number; midLine: number },
-): Promise<{ broken: string[]; calls: number; points: number }> {
+  options: {
+    full: boolean;
+    lines: number;
+    midLine: number;
+    /** The backend's `nftChainsPerRestore`. @default {100} */
+    chainsPerRestore?: number;
+  },
+): Promise<{ broken: string[]; calls: number; points: number; full: boolean }> {
   const ns = `kp-f-al${Topology.randomTag()}`;
   await createNamespace(ns);
   try {
@@ -438,7 +446,7 @@ async function checkIptablesSync(
       executor,
       config,
       families: ["IPv4"],
-      nftChainsPerRestore: 100,
+      nftChainsPerRestore: options.chainsPerRestore ?? 100,
     });
     const previous = iptPrevious();
     await backend.sync({ plans: [previous], changed: new Set(), full: true });
@@ -466,7 +474,11 @@ async function checkIptablesSync(
     // stop point of those inputs is tried from the state the previous inputs left.
     const snapshots = [await snapshot()];
     const { plan: next, changed } = iptNext();
-    await backend.sync({ plans: [next], changed, full: options.full });
+    const result = await backend.sync({
+      plans: [next],
+      changed,
+      full: options.full,
+    });
     const calls = executor.loads.splice(0);
     const after = await state();
     for (const call of calls) {
@@ -493,7 +505,7 @@ async function checkIptablesSync(
         );
       }
     }
-    return { broken, points: points.length, calls: calls.length };
+    return { broken, points: points.length, calls: calls.length, full: result.full };
   } finally {
     await deleteNamespace(ns);
   }
@@ -515,3 +527,89 @@ for (const variant of ["legacy", "nft"] as const) {
     });
   }
 }
+
+Deno.test({
+  name: "iptables (nft) chunked partial sync: no stop point leaves a table half old, half new",
+  ignore: iptSkip !== undefined,
+  sanitizeResources: false,
+  async fn() {
+    const result = await checkIptablesSync("nft", {
+      full: false,
+      lines: 6,
+      midLine: 2,
+      chainsPerRestore: 25,
+    });
+    assert.equal(result.full, false, "the partial sync stays partial");
+    assert.ok(result.calls > 4, `${result.calls} inputs`);
+    assert.deepEqual(result.broken, [], "stop points that left a broken ruleset");
+  },
+});
+
+/** `text` with per-service chains named by their upstream names (a full sync may pick either). */
+function upstream(text: string): string {
+  return text.replace(/(KUBE-(?:SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16})-2\b/g, "$1");
+}
+
+Deno.test({
+  name:
+    "iptables (nft) chunked partial sync: a failed input leaves old or new rules, and the next sync repairs them",
+  ignore: iptSkip !== undefined,
+  sanitizeResources: false,
+  async fn() {
+    const ns = `kp-f-al${Topology.randomTag()}`;
+    await createNamespace(ns);
+    try {
+      const netns = new NetnsExecutor({ namespace: ns, inner: new HostExecutor() });
+      const executor = new CapturingExecutor(netns, isRestore);
+      const config = defaultConfig("node-a");
+      config.iptables.backend = "nft";
+      const backend = createIptablesBackend({
+        executor,
+        config,
+        families: ["IPv4"],
+        nftChainsPerRestore: 25,
+      });
+      const save = async (table: string) =>
+        parseSave((await netns.run({ program: "iptables-nft-save", args: ["-t", table] })).stdout);
+      const state = async () => ({ nat: await save("nat"), filter: await save("filter") });
+      const previous = iptPrevious();
+      const { plan: next, changed } = iptNext();
+      const forward = { plans: [next], changed, full: false };
+      const back = { plans: [previous], changed, full: false };
+      await backend.sync({ plans: [previous], changed: new Set(), full: true });
+      const before = await state();
+      executor.loads.splice(0);
+      await backend.sync(forward);
+      const after = await state();
+      const calls = executor.loads.length;
+      assert.ok(calls > 4, `${calls} inputs`);
+      await backend.sync(back);
+      for (let failing = 0; failing < calls; failing++) {
+        executor.loads.splice(0);
+        executor.failing = failing;
+        await assert.rejects(backend.sync(forward), /held by the test/);
+        executor.failing = -1;
+        const now = await state();
+        const nat = upstream(live(now.nat));
+        assert.ok(
+          (nat === upstream(live(before.nat)) && widens(before.filter, now.filter)) ||
+            (nat === upstream(live(after.nat)) && holds(now.filter, after.filter)),
+          `input ${failing + 1}/${calls} failed: neither old nor new rules`,
+        );
+        const repair = await backend.sync(forward);
+        assert.equal(repair.full, true, "the sync after a failure is full");
+        const repaired = await state();
+        assert.equal(
+          upstream(live(repaired.nat)),
+          upstream(live(after.nat)),
+          `after input ${failing + 1} failed`,
+        );
+        assert.equal(live(repaired.filter), live(after.filter));
+        assert.equal(repaired.nat.size, after.nat.size, "chains left behind");
+        await backend.sync(back);
+      }
+    } finally {
+      await deleteNamespace(ns);
+    }
+  },
+});

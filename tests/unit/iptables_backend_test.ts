@@ -76,7 +76,7 @@ Deno.test("createIptablesBackend() syncs fully when the cluster enters large clu
   assert.doesNotMatch(restores(executor.calls).at(-1)?.stdin ?? "", /-A KUBE-SEP-\S+ -m comment/);
 });
 
-Deno.test("createIptablesBackend() turns a partial sync too large for one iptables-nft input into a chunked full sync", async () => {
+Deno.test("createIptablesBackend() chunks a partial sync too large for one iptables-nft input, without a full sync", async () => {
   const executor = new FakeExecutor();
   const backend = nftBackend(executor, { nftChainsPerRestore: 20 });
   const before = uniformCluster(30, 3);
@@ -89,22 +89,36 @@ Deno.test("createIptablesBackend() turns a partial sync too large for one iptabl
     changed: everything,
     full: false,
   });
-  assert.equal(result.full, true);
+  assert.equal(result.full, false);
+  assert.match(result.summary ?? "", /\(partial\)/);
+  assert.ok(!executor.calls.some((call) => call.program.endsWith("-save")), "no full sync");
   const inputs = restores(executor.calls).map((call) => call.stdin ?? "");
-  assert.ok(inputs.length > 1, "the full sync is chunked");
-  for (const input of inputs.slice(0, -1)) {
-    const declared = input.split("\n").filter((line) => line.startsWith(":KUBE-")).length;
-    assert.ok(declared <= 21, `one input declares ${declared} chains`);
+  assert.ok(inputs.length > 2, `the partial sync is chunked: ${inputs.length} inputs`);
+  for (const input of inputs) {
+    const declared = input.split("\n").filter((line) => /^:KUBE-(SVC|SEP|EXT|FW|SVL)-/.test(line))
+      .length;
+    assert.ok(declared <= 20, `one input declares ${declared} per-service chains`);
   }
+
+  // Back again, in chunks too: the chains written under their alternate names move back.
+  executor.calls.length = 0;
+  const back = await backend.sync({
+    plans: [before],
+    changed: everything,
+    full: false,
+  });
+  assert.equal(back.full, false);
+  assert.ok(restores(executor.calls).length > 2);
 
   executor.calls.length = 0;
   const one = new Set([after.services[0]!.id]);
   const small = await backend.sync({
-    plans: [before],
+    plans: [after],
     changed: one,
     full: false,
   });
   assert.equal(small.full, false);
+  assert.equal(restores(executor.calls).length, 1, "a small change is one input");
 });
 
 Deno.test("createIptablesBackend() partial sync after one endpoint change writes only that service's chains", async () => {

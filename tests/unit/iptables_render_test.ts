@@ -416,3 +416,84 @@ Deno.test("renderFullSync() writes chains that are in use under their alternate 
   ]);
   assert.ok(unchunked.commit[1]!.chainNames("nat").includes(svc), "one nat commit, upstream names");
 });
+
+Deno.test("renderPartialSync() over maxChainsPerChunk stages under free names, switches in one commit, deletes the old chains after", () => {
+  const eps = (
+    base: number,
+  ) => [endpoint(`10.244.${base}.1`, 8080), endpoint(`10.244.${base}.2`, 8080)];
+  const ports = (shift: number) =>
+    Array.from({ length: 6 }, (_, i) =>
+      servicePort({
+        name: `svc-${i}`,
+        clusterIPs: [`10.96.1.${i}`],
+        internal: traffic(eps(i + shift)),
+        external: traffic(eps(i + shift)),
+      }));
+  const old = plan(ports(0));
+  const next = plan(ports(10).slice(1));
+  const changed = new Set(old.services.map((s) => s.id));
+  const first = old.services[1]!;
+  const live = new Set([serviceChainNames(first).cluster]);
+  const kernel = new Set(
+    old.services.flatMap((service) => [
+      serviceChainNames(service).cluster,
+      ...service.internal.endpoints.map((ep) => endpointChainName(service, ep)),
+    ]).map((chain) => live.has(chain) ? alternateChainName(chain) : chain),
+  );
+  const sync = renderPartialSync({ previous: old, next, changed }, {
+    alternates: live,
+    maxChainsPerChunk: 5,
+  });
+  assert.ok(sync.staging.length >= 5, `${sync.staging.length} staging inputs`);
+  const staged = sync.staging.flatMap((script) => script.chainNames("nat"));
+  for (const script of sync.staging) assert.ok(script.chainNames("nat").length <= 5);
+  assert.deepEqual(staged.filter((chain) => kernel.has(chain)), [], "staging writes no live chain");
+  assert.equal(staged.length, 5 * 3);
+  assert.ok(staged.includes(serviceChainNames(first).cluster), "a chain under -2 moves back");
+  const commit = commitOf(sync);
+  assert.ok(commit.nat.includes("KUBE-SERVICES"));
+  assert.deepEqual(commit.nat.filter((chain) => /^KUBE-(SVC|SEP)-/.test(chain)), []);
+  assert.deepEqual(commit.deleted, []);
+  assert.doesNotMatch(commit.text, /svc-0/, "the removed service leaves KUBE-SERVICES");
+  const deleted = sync.cleanup.flatMap((script) => script.deletedChains("nat"));
+  for (const script of sync.cleanup) assert.ok(script.deletedChains("nat").length <= 5);
+  assert.deepEqual(new Set(deleted), kernel);
+  assert.ok(deleted.indexOf(alternateChainName(serviceChainNames(first).cluster)) < 5);
+  const alternates = [...sync.alternates].sort();
+  assert.deepEqual(
+    alternates,
+    staged.filter((chain) => chain.endsWith("-2")).map((chain) => chain.slice(0, -2)).sort(),
+  );
+  assert.ok(!sync.alternates.has(serviceChainNames(first).cluster));
+
+  const small = renderPartialSync({ previous: old, next, changed }, { maxChainsPerChunk: 100 });
+  assert.deepEqual([small.staging, small.cleanup], [[], []], "below the limit: one input");
+});
+
+Deno.test("renderPartialSync() chunked keeps the chains whose rules and callees are the same", () => {
+  const ports = (moved: string) =>
+    Array.from({ length: 4 }, (_, i) => {
+      const eps = [endpoint(`10.244.${i}.1`, 8080), endpoint(`10.244.${i}.${moved}`, 8080)];
+      return servicePort({
+        name: `svc-${i}`,
+        clusterIPs: [`10.96.1.${i}`],
+        internal: traffic(eps),
+        external: traffic(eps),
+      });
+    });
+  const [old, next] = [plan(ports("2")), plan(ports("3"))];
+  const changed = new Set(old.services.map((s) => s.id));
+  const sync = renderPartialSync({ previous: old, next, changed }, { maxChainsPerChunk: 3 });
+  const staged = sync.staging.flatMap((script) => script.chainNames("nat"));
+  const deleted = sync.cleanup.flatMap((script) => script.deletedChains("nat"));
+  for (const [i, service] of next.services.entries()) {
+    const svc = serviceChainNames(service).cluster;
+    const kept = endpointChainName(service, service.internal.endpoints[0]!);
+    const added = endpointChainName(service, service.internal.endpoints[1]!);
+    const gone = endpointChainName(old.services[i]!, old.services[i]!.internal.endpoints[1]!);
+    assert.ok(staged.includes(alternateChainName(svc)) && staged.includes(added));
+    assert.ok(!staged.some((chain) => chain.startsWith(kept)), "an unchanged endpoint chain");
+    assert.ok(deleted.includes(svc) && deleted.includes(gone) && !deleted.includes(kept));
+    assert.ok(sync.alternates.has(svc) && !sync.alternates.has(added));
+  }
+});
