@@ -44,7 +44,7 @@ const IN_THE_WAY = "0f0e0d0c-0000-4000-8000-000000000003";
 /** A load balancer an earlier kproxy created that nothing wants now. */
 const STALE = "6b70726f-0001-0000-0000-00000000dead";
 const FAILURES = 'kproxy_sync_failures_total{mode="kernelspace"}';
-const SUCCESSES = "kubeproxy_sync_proxy_rules_duration_seconds_count";
+const SUCCESSES = 'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}';
 
 function seed(options: { networkName?: string; faults?: HcnFault[] } = {}): HcnStateDocument {
   return {
