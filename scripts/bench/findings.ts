@@ -71,7 +71,7 @@ export const PROFILE_NOTES: readonly string[] = [
   "of the same input vary by ±25% on this machine. Next step: fewer elements per endpoint " +
   "(the slot map holds one element per endpoint and the hairpin set one per local endpoint; " +
   "the rest is per service).",
-  "**Start-up to first sync at 10k (11.4 s at 04:59, load ~5, when the fake apiserver took 3.0 s to serve one list; 9.1 s at 04:15; 5.4 s at 03:17; target 2 s: missed).** The memory pass added ~7 full collections during the lists (1.37 s of wall time at load 6, about half that on an idle machine by their CPU share). The fake apiserver " +
+  "**Start-up to first sync at 10k (11.4 s at 04:59, load ~5, when the fake apiserver took 3.0 s to serve one list; 9.1 s at 04:15; 5.4 s at 03:17; target 2 s: missed).** An A/B at load ~1.5 (05:36–05:38, `--only=startup --sizes=10000 --runs=2`, alternating): before the optimisation and memory passes (28735d8) 5.6 and 6.1 s to the first sync, lists done at 2.4 s, peak 258 MiB; after them (1299b82) 7.4 s, lists done at 3.4 s, peak 207 MiB: the memory work trades ~1 s of listing (cutting items, ~7 full collections) for ~50 MiB at 10k. The memory pass added ~7 full collections during the lists (1.37 s of wall time at load 6, about half that on an idle machine by their CPU share). The fake apiserver " +
   "alone takes 1.8–2.7 s to serve one paged list of the cluster (last column of the start-up " +
   "table) and the first nftables load 2.3–3.1 s (10k × 10, full sync table), so no client " +
   "reaches 2 s against it on this machine; kube-proxy 1.36 took 11.2 s. kproxy's own share " +
