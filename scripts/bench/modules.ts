@@ -13,6 +13,7 @@
  */
 
 import { testCertificates } from "../testbed/tls.ts";
+import { residentByKind } from "./smaps.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -45,29 +46,7 @@ const STEPS: { name: string; imports: string[]; https?: boolean }[] = [
 /** Resident MiB of a process by kind of mapping, plus the total. */
 async function residentOf(pid: number): Promise<Record<string, number>> {
   const text = await Deno.readTextFile(`/proc/${pid}/smaps`);
-  const exe = await Deno.readLink(`/proc/${pid}/exe`);
-  const kinds: Record<string, number> = { total: 0 };
-  let kind = "";
-  for (const line of text.split("\n")) {
-    const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
-    if (header) {
-      const path = header[1]!.trim();
-      kind = path === ""
-        ? "anonymous"
-        : path === "[heap]"
-        ? "malloc"
-        : path === exe
-        ? "binary"
-        : "other";
-      continue;
-    }
-    const rss = /^Rss:\s+(\d+) kB/.exec(line);
-    if (rss) {
-      kinds[kind] = (kinds[kind] ?? 0) + Number(rss[1]) / 1024;
-      kinds.total! += Number(rss[1]) / 1024;
-    }
-  }
-  return kinds;
+  return residentByKind(text, await Deno.readLink(`/proc/${pid}/exe`));
 }
 
 function program(step: (typeof STEPS)[number], url: string): string {

@@ -318,8 +318,8 @@ if (import.meta.main) {
             }`,
             phase.externalMiB.toFixed(0).padStart(8),
             (phase.smaps.anonymous ?? 0).toFixed(0).padStart(5),
-            (phase.smaps["malloc [heap]"] ?? 0).toFixed(0).padStart(7),
-            (phase.smaps["deno binary"] ?? 0).toFixed(0).padStart(7),
+            (phase.smaps.malloc ?? 0).toFixed(0).padStart(7),
+            (phase.smaps.binary ?? 0).toFixed(0).padStart(7),
             ` ${phase.name}`,
           ].join(" "),
         );

@@ -23,6 +23,7 @@ import inspector from "node:inspector";
 import v8 from "node:v8";
 import { parseArgs } from "node:util";
 import type { RunningApp } from "../../lib/commands/app.ts";
+import { residentByKind } from "./smaps.ts";
 
 /** The memory of this process at one moment. */
 export interface MemorySample {
@@ -81,28 +82,7 @@ async function sample(): Promise<MemorySample> {
 
 /** Resident memory of `/proc/self/smaps` by kind of mapping, in MiB. */
 async function smapsByKind(): Promise<Record<string, number>> {
-  const text = await Deno.readTextFile("/proc/self/smaps");
-  const kinds: Record<string, number> = {};
-  let kind = "";
-  for (const line of text.split("\n")) {
-    const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
-    if (header) {
-      const path = header[1]!.trim();
-      kind = path === ""
-        ? "anonymous"
-        : path === "[heap]"
-        ? "malloc [heap]"
-        : path.startsWith("[")
-        ? "other"
-        : path === Deno.execPath()
-        ? "deno binary"
-        : "other files";
-      continue;
-    }
-    const rss = /^Rss:\s+(\d+) kB/.exec(line);
-    if (rss && Number(rss[1]) > 0) kinds[kind] = (kinds[kind] ?? 0) + Number(rss[1]) / 1024;
-  }
-  return kinds;
+  return residentByKind(await Deno.readTextFile("/proc/self/smaps"), Deno.execPath());
 }
 
 function post<T>(session: inspector.Session, method: string, params: object = {}): Promise<T> {
