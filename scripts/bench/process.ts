@@ -169,6 +169,45 @@ export async function benchProcess(options: {
   };
 }
 
+/** Options of {@linkcode spawnFakeApiserver}. */
+export interface FakeApiserverProcess {
+  namespace: string;
+  services: number;
+  endpointsPerService: number;
+  shape: string;
+  tls: boolean;
+  /** Where it writes the kubeconfig kproxy reads. */
+  kubeconfig: string;
+}
+
+/**
+ * The bench's fake apiserver (`apiserver.ts`) as a process of its own in
+ * `namespace`; its first stdout line is `ready PORT MS` (MS: one paged list).
+ */
+export function spawnFakeApiserver(options: FakeApiserverProcess): Deno.ChildProcess {
+  return new Deno.Command("ip", {
+    args: [
+      "netns",
+      "exec",
+      options.namespace,
+      Deno.execPath(),
+      "run",
+      "--allow-all",
+      APISERVER,
+      `--services=${options.services}`,
+      `--endpoints=${options.endpointsPerService}`,
+      `--objects=${options.shape}`,
+      ...options.tls ? ["--tls"] : [],
+      `--kubeconfig=${options.kubeconfig}`,
+    ],
+    cwd: ROOT,
+    env: QUIET_ENV,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+}
+
 async function processRun(options: {
   mode: BenchMode;
   size: ClusterSize;
@@ -178,27 +217,14 @@ async function processRun(options: {
   const { mode, size } = options;
   return await withNamespace(`proc-${mode.slice(0, 3)}`, async (namespace) => {
     const kubeconfig = await Deno.makeTempFile({ prefix: `${namespace}-`, suffix: ".kubeconfig" });
-    const apiserver = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        namespace,
-        Deno.execPath(),
-        "run",
-        "--allow-all",
-        APISERVER,
-        `--services=${size.services}`,
-        `--endpoints=${size.endpointsPerService}`,
-        `--objects=${size.shape ?? "realistic"}`,
-        ...(options.https ?? true) ? ["--tls"] : [],
-        `--kubeconfig=${kubeconfig}`,
-      ],
-      cwd: ROOT,
-      env: QUIET_ENV,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
+    const apiserver = spawnFakeApiserver({
+      namespace,
+      services: size.services,
+      endpointsPerService: size.endpointsPerService,
+      shape: size.shape ?? "realistic",
+      tls: options.https ?? true,
+      kubeconfig,
+    });
     let kproxy: Deno.ChildProcess | undefined;
     try {
       const listFloorMs = await firstLine(

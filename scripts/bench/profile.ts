@@ -25,9 +25,9 @@ import { kproxyArgs, OBJECT_SHAPES, type ObjectShape } from "./cluster.ts";
 import { withNamespace } from "./harness.ts";
 import type { ProfileReport } from "./profiled_kproxy.ts";
 import { V8_FLAGS } from "../compile.ts";
+import { spawnFakeApiserver } from "./process.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
-const APISERVER = new URL("./apiserver.ts", import.meta.url).pathname;
 const CHILD = new URL("./profiled_kproxy.ts", import.meta.url).pathname;
 const QUIET_ENV = { RUST_BACKTRACE: "0", NO_COLOR: "1" };
 
@@ -222,27 +222,14 @@ if (import.meta.main) {
   const out = values.out ?? `/tmp/kp-profile-${mode}-${values.services}`;
   await withNamespace(`prof-${mode.slice(0, 3)}`, async (namespace) => {
     const kubeconfig = `${out}.kubeconfig`;
-    const apiserver = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        namespace,
-        Deno.execPath(),
-        "run",
-        "--allow-all",
-        APISERVER,
-        `--services=${values.services}`,
-        `--endpoints=${values.endpoints}`,
-        `--objects=${shape}`,
-        "--tls",
-        `--kubeconfig=${kubeconfig}`,
-      ],
-      cwd: ROOT,
-      env: QUIET_ENV,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
+    const apiserver = spawnFakeApiserver({
+      namespace,
+      services: Number(values.services),
+      endpointsPerService: Number(values.endpoints),
+      shape,
+      tls: true,
+      kubeconfig,
+    });
     try {
       const ready = apiserver.stdout.pipeThrough(new TextDecoderStream()).getReader();
       let text = "";
