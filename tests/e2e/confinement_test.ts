@@ -9,31 +9,15 @@ import { parseCommandLine } from "../../lib/config/command_line.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../../lib/shell/permissions.ts";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
 import { PROBES } from "./confinement_probe.ts";
+import { bundleKproxy } from "../../scripts/testbed/kproxy.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
 const manifests = `${root}scripts/manifests`;
 
 async function buildBundle(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "kproxy-bundle-" });
-  const output = `${dir}/kproxy.js`;
-  const { success, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "bundle",
-      "--quiet",
-      "--platform",
-      "deno",
-      // As `deno task bundle`: client-node is loaded only for exec-plugin users.
-      "--external",
-      "@kubernetes/client-node",
-      "-o",
-      output,
-      `${root}main.ts`,
-    ],
-    cwd: root,
-    stdout: "null",
-  }).output();
-  assert.ok(success, new TextDecoder().decode(stderr));
-  return output;
+  await bundleKproxy(`${dir}/kproxy.js`);
+  return `${dir}/kproxy.js`;
 }
 
 function flagsFor(argv: string[], overrides: { run?: string[]; net?: string[] } = {}): string[] {

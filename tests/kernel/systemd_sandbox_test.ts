@@ -22,7 +22,7 @@ import {
   serviceObject,
   sliceObject,
 } from "../../scripts/testbed/objects.ts";
-import { waitFor } from "../../scripts/testbed/kproxy.ts";
+import { bundleKproxy, waitFor } from "../../scripts/testbed/kproxy.ts";
 import { sandboxed } from "../support/systemd_sandbox.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
@@ -48,25 +48,6 @@ async function skipReason(): Promise<string | undefined> {
 
 const skip = await skipReason();
 if (skip) console.warn(`systemd sandbox test ignored: ${skip}`);
-
-async function buildBundle(output: string): Promise<void> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "bundle",
-      "--quiet",
-      "--platform",
-      "deno",
-      "--external",
-      "@kubernetes/client-node",
-      "-o",
-      output,
-      `${root}main.ts`,
-    ],
-    cwd: root,
-    stdout: "null",
-  }).output();
-  assert.ok(out.success, new TextDecoder().decode(out.stderr));
-}
 
 /** Reads a field of /proc/PID/status (with cat: Deno reads /proc only with every permission). */
 async function procStatus(pid: number, field: string): Promise<string> {
@@ -119,7 +100,7 @@ for (const mode of MODES) {
       let child: Deno.ChildProcess | undefined;
       try {
         const [a1, a2] = topology.localPods as [Pod, Pod];
-        await buildBundle(`${visible}/kproxy.js`);
+        await bundleKproxy(`${visible}/kproxy.js`);
         await Deno.mkdir(`${visible}/manifests`);
         const write = (pod: Pod) =>
           Deno.writeTextFile(
