@@ -13,7 +13,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ADDRESSES, type Pod } from "../../scripts/netns.ts";
+import { ADDRESSES, type Pod, type Topology } from "../../scripts/netns.ts";
 import {
   manifestText,
   nodeObject,
@@ -62,6 +62,64 @@ function manifests(endpoint: Pod): ApiObject[] {
   ];
 }
 
+/** main.ts in a fresh fault topology, on a manifests directory that sends web to the first pod. */
+class ManifestNode {
+  private constructor(
+    readonly topology: Topology,
+    readonly process: KproxyProcess,
+    readonly dir: string,
+  ) {}
+
+  /** Starts kproxy with `maxOpenFiles` descriptors; resolves once its first rules are in. */
+  static async start(name: string, maxOpenFiles: number): Promise<ManifestNode> {
+    const topology = await createFaultTopology(name, { localPods: 2 });
+    const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    let process: KproxyProcess | undefined;
+    try {
+      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(topology.localPods[0]!)));
+      process = new KproxyProcess({
+        namespace: topology.node,
+        args: [`--manifests=${dir}`],
+        maxOpenFiles,
+      });
+      await process.waitForLine(/Programmed the initial nftables rules/);
+      return new ManifestNode(topology, process, dir);
+    } catch (error) {
+      await process?.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+      await topology.destroy();
+      throw error;
+    }
+  }
+
+  get pods(): [Pod, Pod] {
+    return this.topology.localPods as [Pod, Pod];
+  }
+
+  /** Rewrites the manifests so web goes to `pod`, and waits until the kernel says so. */
+  async moveWebTo(pod: Pod): Promise<void> {
+    await Deno.writeTextFile(`${this.dir}/all.json`, manifestText(manifests(pod)));
+    await waitFor("the changed endpoint in the kernel", async () => {
+      const replies = await this.topology.requests(this.topology.client, [
+        { protocol: "TCP", ip: WEB_IP, port: 80, timeoutMs: 1000 },
+      ]);
+      return replies[0]?.ok === true && replies[0].pod === pod.name;
+    }, 20_000);
+  }
+
+  /** The lines where kproxy said it ran out of descriptors. */
+  descriptorErrors(): string[] {
+    return this.process.lines.filter((line) => /Too many open files/.test(line));
+  }
+
+  /** Kills kproxy if it still runs and deletes the namespaces and the manifests. */
+  async stop(): Promise<void> {
+    await this.process.kill("SIGKILL");
+    await Deno.remove(this.dir, { recursive: true });
+    await this.topology.destroy();
+  }
+}
+
 Deno.test({
   name:
     `main.ts with ${MAX_OPEN_FILES} descriptors survives idle, half-header and keep-alive floods: probes answer within 1 s, syncs go on`,
@@ -69,19 +127,11 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const topology = await createFaultTopology("x", { localPods: 2 });
-    const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    const node = await ManifestNode.start("x", MAX_OPEN_FILES);
+    const { topology, process } = node;
     const floods: ConnectionFlood[] = [];
-    let process: KproxyProcess | undefined;
     try {
-      const [a1, a2] = topology.localPods as [Pod, Pod];
-      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a1)));
-      process = new KproxyProcess({
-        namespace: topology.node,
-        args: [`--manifests=${dir}`],
-        maxOpenFiles: MAX_OPEN_FILES,
-      });
-      await process.waitForLine(/Programmed the initial nftables rules/);
+      const [a1, a2] = node.pods;
       await assertServedBy(topology, WEB_IP, 80, [a1]);
 
       floods.push(
@@ -111,8 +161,8 @@ Deno.test({
       await new Promise((resolve) => setTimeout(resolve, 1_000));
 
       const state = async () =>
-        `kproxy ${await process!.running() ? "runs" : "exited"}; its last lines:\n${
-          process!.lines.slice(-5).join("\n")
+        `kproxy ${await process.running() ? "runs" : "exited"}; its last lines:\n${
+          process.lines.slice(-5).join("\n")
         }`;
       for (let i = 0; i < 5; i++) {
         const healthz = `http://${ADDRESSES.nodeV4}:10256/healthz`;
@@ -126,13 +176,7 @@ Deno.test({
         assert.deepEqual(answers, [200, 200, 200], await state());
       }
 
-      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a2)));
-      await waitFor("the changed endpoint in the kernel", async () => {
-        const replies = await topology.requests(topology.client, [
-          { protocol: "TCP", ip: WEB_IP, port: 80, timeoutMs: 1000 },
-        ]);
-        return replies[0]?.ok === true && replies[0].pod === a2.name;
-      }, 20_000);
+      await node.moveWebTo(a2);
       assert.ok(await process.running(), await state());
 
       const [health, metrics, serviceHealth] = await Promise.all(
@@ -145,17 +189,11 @@ Deno.test({
         health!.opened >= 2 * MAX_OPEN_FILES,
         "the flood opened fewer connections than asked",
       );
-      assert.deepEqual(
-        process.lines.filter((line) => /Too many open files/.test(line)),
-        [],
-        "kproxy ran out of descriptors",
-      );
+      assert.deepEqual(node.descriptorErrors(), [], "kproxy ran out of descriptors");
       assert.equal((await process.kill("SIGTERM")).code, 0, "SIGTERM exit status");
     } finally {
       for (const flood of floods) await flood.kill();
-      await process?.kill("SIGKILL");
-      await Deno.remove(dir, { recursive: true });
-      await topology.destroy();
+      await node.stop();
     }
   },
 });
@@ -170,20 +208,12 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const topology = await createFaultTopology("y", { localPods: 2 });
-    const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    const node = await ManifestNode.start("y", 1024);
+    const { topology, process } = node;
     let flood: ConnectionFlood | undefined;
     let traffic: TrafficLoop | undefined;
-    let process: KproxyProcess | undefined;
     try {
-      const [a1, a2] = topology.localPods as [Pod, Pod];
-      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a1)));
-      process = new KproxyProcess({
-        namespace: topology.node,
-        args: [`--manifests=${dir}`],
-        maxOpenFiles: 1024,
-      });
-      await process.waitForLine(/Programmed the initial nftables rules/);
+      const [, a2] = node.pods;
       flood = ConnectionFlood.start({
         namespace: topology.client,
         host: ADDRESSES.nodeV4,
@@ -202,13 +232,7 @@ Deno.test({
         const healthz = `http://${ADDRESSES.nodeV4}:10256/healthz`;
         probes.push(await httpStatus(topology.client, healthz, { maxTimeSeconds: 1 }));
         if (changedAt === undefined && Date.now() - started > SOAK_SECONDS * 500) {
-          await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(a2)));
-          await waitFor("the changed endpoint in the kernel", async () => {
-            const replies = await topology.requests(topology.client, [
-              { protocol: "TCP", ip: WEB_IP, port: 80, timeoutMs: 1000 },
-            ]);
-            return replies[0]?.ok === true && replies[0].pod === a2.name;
-          }, 20_000);
+          await node.moveWebTo(a2);
           changedAt = Date.now() - started;
         }
         await new Promise((resolve) => setTimeout(resolve, 1000));
@@ -220,11 +244,7 @@ Deno.test({
           `${traffic.failures.length} failed; ${probes.length} probes; change applied at ${changedAt} ms`,
       );
       assert.ok(await process.running(), "kproxy exited");
-      assert.deepEqual(
-        process.lines.filter((line) => /Too many open files/.test(line)),
-        [],
-        "kproxy ran out of descriptors",
-      );
+      assert.deepEqual(node.descriptorErrors(), [], "kproxy ran out of descriptors");
       assert.ok(stats.opened >= SOAK_CONNECTIONS, "the flood opened fewer connections than asked");
       assert.deepEqual(probes.filter((status) => status !== 200), [], "probes that failed");
       assert.deepEqual(traffic.failures, [], "requests to the service that failed");
@@ -233,9 +253,7 @@ Deno.test({
     } finally {
       await traffic?.stop();
       await flood?.kill();
-      await process?.kill("SIGKILL");
-      await Deno.remove(dir, { recursive: true });
-      await topology.destroy();
+      await node.stop();
     }
   },
 });
