@@ -228,7 +228,7 @@ export class Proxier {
     });
 
     if (!full && changed.size === 0) {
-      this.#health.updated();
+      this.#recordUnchanged(plans, (this.#clock.now() - startedAt) / 1000);
       return { kind: "unchanged" };
     }
 
@@ -418,6 +418,22 @@ export class Proxier {
       const labels = { ip_family: count.family, table: count.table };
       metrics.iptablesRulesLast?.set(labels, count.written);
       metrics.iptablesRulesTotal?.set(labels, count.total);
+    }
+  }
+
+  /**
+   * A sync that found the kernel already right is a successful sync, as in
+   * kube-proxy, which runs its (then empty) transaction every time: health,
+   * the sync durations and the last-sync timestamp move, so a quiet node does
+   * not look stale.
+   */
+  #recordUnchanged(plans: Plan[], seconds: number): void {
+    this.#health.updated();
+    const syncedAt = this.#clock.wallNow() / 1000;
+    for (const { family: ip_family } of plans) {
+      this.#metrics.syncProxyRulesDuration.observe({ ip_family }, seconds);
+      this.#metrics.syncPartialProxyRulesDuration.observe({ ip_family }, seconds);
+      this.#metrics.syncProxyRulesLastTimestamp.set({ ip_family }, syncedAt);
     }
   }
 

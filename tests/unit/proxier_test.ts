@@ -242,6 +242,24 @@ Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
   assert.equal(h.backend.requests.length, 1);
 });
 
+Deno.test("Proxier.sync() with nothing changed is a successful sync: timestamp, duration, health", async () => {
+  // kube-proxy sets these on every sync; a quiet node must not look stale (KproxyRulesStale).
+  const h = setup({ fullSyncPeriodMs: 3_600_000 });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"], h.clock.t);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  for (let i = 0; i < 3; i++) {
+    h.clock.t += 30_000;
+    assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+    assert.equal(await valueOf(h.metrics.syncProxyRulesLastTimestamp, IPV4), h.clock.t / 1000);
+    assert.equal(h.health.status().lastUpdated, h.clock.t);
+  }
+  assert.equal((await histogramTotals(h.metrics.syncProxyRulesDuration, IPV4)).count, 4);
+  assert.equal((await histogramTotals(h.metrics.syncPartialProxyRulesDuration, IPV4)).count, 3);
+  assert.equal((await histogramTotals(h.metrics.networkProgrammingDuration, IPV4)).count, 1);
+  assert.equal(h.backend.requests.length, 1);
+});
+
 Deno.test("Proxier.sync() keeps the previous plans after a failure and syncs fully next", async () => {
   const backend = new RecordingBackend({
     mode: "nftables",
