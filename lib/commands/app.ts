@@ -241,8 +241,27 @@ function localAddresses(): string[] {
   return [...new Set(Deno.networkInterfaces().map((nic) => nic.address.split("%")[0]!))];
 }
 
+/** Throws a {@linkcode ConfigError} naming `--manifests` when `dir` is not a readable directory. */
+async function checkManifestsDir(dir: string): Promise<void> {
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(dir);
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound
+      ? "no such directory"
+      : error instanceof Error
+      ? error.message
+      : String(error);
+    throw new ConfigError("--manifests", `Cannot read --manifests "${dir}": ${reason}`);
+  }
+  if (!info.isDirectory) {
+    throw new ConfigError("--manifests", `Cannot read --manifests "${dir}": not a directory`);
+  }
+}
+
 async function createSource(config: Config): Promise<Source> {
   if (config.manifests !== "") {
+    await checkManifestsDir(config.manifests);
     const { FileSource } = await import("../shell/source/file.ts");
     return new FileSource({ dir: config.manifests });
   }

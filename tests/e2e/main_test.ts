@@ -105,6 +105,30 @@ Deno.test("main.ts exits 2 naming the bad flag or field", async (t) => {
   }
 });
 
+Deno.test("main() refuses a --manifests directory that does not exist, programming nothing", async (t) => {
+  const missing = `${await Deno.makeTempDir({ prefix: "kp-missing-" })}/gone`;
+  try {
+    for (const command of [["plan"], ["explain", "10.96.0.10:80"], []]) {
+      await t.step(command.join(" ") || "run", async () => {
+        const backend = new RecordingBackend({ mode: "nftables" });
+        const stderr: string[] = [];
+        const code = await main([...command, "--manifests", missing, "--hostname-override", "n"], {
+          backend,
+          setupLogging: false,
+          handleSignals: false,
+          signal: AbortSignal.timeout(10_000),
+          io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+        });
+        assert.equal(code, 2, stderr.join(""));
+        assert.match(stderr.join(""), /^kproxy: Cannot read --manifests .*gone.*: /);
+        assert.equal(backend.requests.length, 0, "no ruleset programmed");
+      });
+    }
+  } finally {
+    await Deno.remove(missing.slice(0, -"/gone".length), { recursive: true });
+  }
+});
+
 Deno.test("main.ts plan prints both families' plans as sorted JSON", async () => {
   await withManifests(async (dir) => {
     const result = await kproxy("plan", "--manifests", dir, "--hostname-override", "node-a");
