@@ -20,6 +20,7 @@ import type { SyncHistory } from "./sync_history.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../core/planner.ts";
 import type { SourceEvent } from "../core/source.ts";
 import type { StateChange } from "../core/state.ts";
+import { ShadowedFrontends } from "./shadowed_frontends.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
 
@@ -114,6 +115,7 @@ export class Proxier {
   readonly #families: readonly PlanFamily[];
   readonly #clock: Pick<Clock, "now" | "wallNow">;
   readonly #history?: SyncHistory;
+  readonly #shadowed: ShadowedFrontends;
   #driftRepairs = 0;
   #planned?: NodePlans;
   #applied?: NodePlans;
@@ -137,6 +139,9 @@ export class Proxier {
     this.#families = options.families ?? ["ipv4", "ipv6"];
     this.#clock = options.clock ?? systemClock;
     this.#history = options.history;
+    this.#shadowed = new ShadowedFrontends((labels, n) =>
+      this.#metrics.shadowedFrontends.set(labels, n)
+    );
     this.#lastDriftCheckAt = this.#clock.now();
     // The initial sync is pending from the start: a proxy that never gets a
     // complete list turns unhealthy after the health timeout.
@@ -281,6 +286,7 @@ export class Proxier {
       previous,
       changed,
     });
+    this.#shadowed.update(plans, changed, full || result.full);
     logger.debug("Synced {mode} rules ({kind}, {changed} changed): {summary}", {
       mode: this.#backend.mode,
       kind: result.full ? "full" : "partial",

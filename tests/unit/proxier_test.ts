@@ -8,6 +8,7 @@ import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/mo
 import type { PlannerOptions } from "../../lib/core/planner.ts";
 import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
+import { withLogRecords } from "../support/logs.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
@@ -530,4 +531,52 @@ Deno.test("Proxier counts iptables restore failures, partial ones apart, and set
   assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 2);
   assert.equal(await valueOf(h.metrics.syncFailuresTotal, { mode: "iptables" }), 5);
   assert.equal(h.metrics.nftablesSyncFailuresTotal, undefined);
+});
+
+Deno.test("Proxier logs a frontend one Service takes from another once per change, and counts it", async () => {
+  const SHARED = "192.0.2.1";
+  const EXTERNAL = { ip_family: "IPv4", kind: "externalIP" };
+  await withLogRecords(["kproxy", "proxier"], async (records) => {
+    const shadowLogs = () =>
+      records.filter((record) => /frontend/.test(String(record.rawMessage)))
+        .map((record) => ({ level: record.level, ...record.properties }));
+    const h = setup();
+    h.tracker.set(service("alpha", "10.96.0.10", { externalIPs: [SHARED] }), ["10.244.0.5"]);
+    h.tracker.set(service("beta", "10.96.0.11", { externalIPs: [SHARED] }), ["10.244.0.6"]);
+    h.tracker.set(service("gamma", "10.96.0.12"), ["10.244.0.7"]);
+    h.proxier.onEvent({ type: "synced" });
+    await h.proxier.sync();
+    assert.deepEqual(shadowLogs(), [{
+      level: "warning",
+      lost: "default/beta:/TCP",
+      holder: "default/alpha:/TCP",
+      frontend: "externalIP 192.0.2.1:80/TCP",
+      family: "IPv4",
+    }]);
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 1);
+
+    h.clock.t += 1000;
+    h.tracker.set(service("gamma", "10.96.0.12"), ["10.244.0.8"]);
+    await h.proxier.sync();
+    h.clock.t += 1000;
+    h.tracker.set(service("beta", "10.96.0.11", { externalIPs: [SHARED] }), ["10.244.0.9"]);
+    await h.proxier.sync();
+    h.clock.t += 60_000;
+    await h.proxier.sync(); // full
+    assert.equal(shadowLogs().length, 1, "logged once, not per sync");
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 1);
+
+    h.clock.t += 1000;
+    h.tracker.services.delete("default/alpha");
+    h.tracker.changed.add("default/alpha");
+    await h.proxier.sync();
+    assert.deepEqual(shadowLogs().slice(1), [{
+      level: "info",
+      lost: "default/beta:/TCP",
+      holder: "default/alpha:/TCP",
+      frontend: "externalIP 192.0.2.1:80/TCP",
+      family: "IPv4",
+    }]);
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 0);
+  });
 });
