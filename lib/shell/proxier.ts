@@ -23,6 +23,8 @@ import type { StateChange } from "../core/state.ts";
 import { ShadowedFrontends } from "./shadowed_frontends.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
+/** The first sync's lines, shown at -v=0 (lib/shell/log.ts). */
+const startupLogger = getLogger(["kproxy", "main"]);
 
 /** The family an `iptables-restore` program (any variant) writes, undefined for other programs. */
 function restoreFamily(program: string): IpFamily | undefined {
@@ -258,9 +260,12 @@ export class Proxier {
 
     const finishedAt = this.#clock.now();
     if (this.#applied === undefined) {
-      logger.info("Programmed the initial {mode} rules: {summary}", {
+      this.#logNodeIPs(change.state.nodes.get(this.#plannerOptions.nodeName)?.addresses);
+      startupLogger.info("Programmed the initial {mode} rules: {summary}", {
         mode: this.#backend.mode,
         summary: result.summary ?? `${changed.size} service ports`,
+        durationMs: Math.round(finishedAt - startedAt),
+        servicePorts: plans.map((plan) => `${plan.family}:${plan.services.length}`).join(","),
       });
     }
     this.#applied = planned;
@@ -305,6 +310,23 @@ export class Proxier {
     }
     await this.#syncServiceHealth(plans);
     return { kind: "applied", result, changed };
+  }
+
+  /** The node's addresses as the first sync found them (the Node object's). */
+  #logNodeIPs(addresses: readonly string[] | undefined): void {
+    const node = this.#plannerOptions.nodeName;
+    if (addresses === undefined) {
+      startupLogger.warn("Node {node} is not in the cluster: no node IPs until it appears", {
+        node,
+      });
+      return;
+    }
+    const families = [...new Set(addresses.map((ip) => ip.includes(":") ? "IPv6" : "IPv4"))];
+    startupLogger.info("Node {node} IPs", {
+      node,
+      nodeIPs: [...addresses],
+      families: families.sort().join(","),
+    });
   }
 
   #plan(change: StateChange): NodePlans {
