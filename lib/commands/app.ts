@@ -520,11 +520,9 @@ const FULL_SYNC_PERIOD_MS = 3_600_000;
 
 /** `kproxy hand-back`: exit 0 once kproxy's own rules are gone (or there were none), 1 on timeout. */
 async function runHandBack(config: Config, options: AppOptions): Promise<number> {
-  const outcome = await handBack({ config, executor: options.executor });
-  if (outcome !== "timed out") return 0;
-  (options.io ?? processIO).stderr(
-    "kproxy: Cannot hand back: kube-proxy's rules did not appear in the kernel; kproxy's rules stay\n",
-  );
+  const result = await handBack({ config, executor: options.executor });
+  if (result.outcome !== "timed out") return 0;
+  (options.io ?? processIO).stderr(`kproxy: ${result.message}\n`);
   return 1;
 }
 
