@@ -105,6 +105,14 @@ for (const scenario of HEALTHY_NODES) {
         `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4",instance="${scenario.instance}",job="kproxy"}`,
       );
       assert.ok(synced, [...series.keys()].join("\n"));
+      const failures = series.get(
+        `kproxy_sync_failures_total{mode="nftables",instance="${scenario.instance}",job="kproxy"}`,
+      );
+      assert.equal(
+        failures?.at(-1),
+        scenario.failWith ? 1 : 0,
+        "the failures the scenario injects",
+      );
       const cases = [await silentCase(`a ${scenario.instance} node`, series, scenario.minutes)];
       const { success, text } = await promtoolTest(cases);
       assert.ok(success, text.split("\n").filter((line) => line.trim()).slice(0, 40).join("\n"));
