@@ -50,6 +50,8 @@ import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.t
 import { stableJson, writeStableJson } from "./stable_json.ts";
 
 const logger = getLogger(["kproxy", "app"]);
+/** Start-up and shutdown lines: shown at every verbosity, -v=0 too (lib/shell/log.ts). */
+const startupLogger = getLogger(["kproxy", "main"]);
 
 /** kproxy's version, from deno.json. */
 const VERSION: string = denoJson.version;
@@ -88,6 +90,8 @@ export interface AppOptions {
   handleSignals?: boolean;
   /** Configure log sinks. @default {true} */
   setupLogging?: boolean;
+  /** Where formatted log lines go when logging is set up. @default stderr */
+  logSink?: (line: string) => void;
   /** Address of the health-check node port servers. @default {"0.0.0.0"} */
   serviceHealthHostname?: string;
   /** Called once `run` has started its servers, source and runner. */
@@ -182,7 +186,9 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
       io.stdout(`kproxy ${VERSION} (deno ${Deno.version.deno}, ${Deno.build.target})\n`);
       return 0;
   }
-  if (options.setupLogging ?? true) await setupLogging({ verbosity: config.verbosity });
+  if (options.setupLogging ?? true) {
+    await setupLogging({ verbosity: config.verbosity, sink: options.logSink });
+  }
   for (const warning of commandLine.warnings) logger.warn("{warning}", { warning });
   switch (command) {
     case "plan": {
@@ -241,8 +247,27 @@ function localAddresses(): string[] {
   return [...new Set(Deno.networkInterfaces().map((nic) => nic.address.split("%")[0]!))];
 }
 
+/** Throws a {@linkcode ConfigError} naming `--manifests` when `dir` is not a readable directory. */
+async function checkManifestsDir(dir: string): Promise<void> {
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(dir);
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound
+      ? "no such directory"
+      : error instanceof Error
+      ? error.message
+      : String(error);
+    throw new ConfigError("--manifests", `Cannot read --manifests "${dir}": ${reason}`);
+  }
+  if (!info.isDirectory) {
+    throw new ConfigError("--manifests", `Cannot read --manifests "${dir}": not a directory`);
+  }
+}
+
 async function createSource(config: Config): Promise<Source> {
   if (config.manifests !== "") {
+    await checkManifestsDir(config.manifests);
     const { FileSource } = await import("../shell/source/file.ts");
     return new FileSource({ dir: config.manifests });
   }
@@ -367,6 +392,12 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const { signal } = controller;
   const app: RunningApp = { config, backend, proxier, health, metrics, serviceHealth };
   let exitCode = 0;
+  startupLogger.info("Starting kproxy", {
+    version: VERSION,
+    mode: backend.mode,
+    node: config.hostnameOverride,
+    families: "IPv4,IPv6",
+  });
   try {
     if (config.healthzBindAddress !== "") {
       app.healthServer = startHealthServer({
@@ -405,11 +436,16 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         },
       });
     }
-    logger.info("Starting kproxy {version} in {mode} mode on node {node}", {
-      version: VERSION,
-      mode: backend.mode,
-      node: config.hostnameOverride,
-    });
+    if (app.healthServer) {
+      startupLogger.info("Serving health checks on {address} (/healthz, /livez)", {
+        address: formatAddress(app.healthServer.addr),
+      });
+    }
+    if (app.metricsServer) {
+      startupLogger.info("Serving metrics on {address} (/metrics, /statusz)", {
+        address: formatAddress(app.metricsServer.addr),
+      });
+    }
     const looping = runner.loop(signal);
     const watching = source.start((event) => proxier.onEvent(event), signal).catch((error) => {
       logger.fatal("The source of API objects failed: {error}", { error });
@@ -420,7 +456,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     if (!signal.aborted) {
       await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
     }
-    logger.info("Stopping; the installed rules stay in place");
+    startupLogger.info("Stopping; the installed rules stay in place");
     await Promise.all([looping, watching]);
   } finally {
     stop();
@@ -433,6 +469,13 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     ]);
   }
   return exitCode;
+}
+
+/** `host:port`, with brackets around an IPv6 host. */
+function formatAddress(addr: Deno.NetAddr): string {
+  return addr.hostname.includes(":")
+    ? `[${addr.hostname}]:${addr.port}`
+    : `${addr.hostname}:${addr.port}`;
 }
 
 /**
@@ -477,11 +520,9 @@ const FULL_SYNC_PERIOD_MS = 3_600_000;
 
 /** `kproxy hand-back`: exit 0 once kproxy's own rules are gone (or there were none), 1 on timeout. */
 async function runHandBack(config: Config, options: AppOptions): Promise<number> {
-  const outcome = await handBack({ config, executor: options.executor });
-  if (outcome !== "timed out") return 0;
-  (options.io ?? processIO).stderr(
-    "kproxy: Cannot hand back: kube-proxy's rules did not appear in the kernel; kproxy's rules stay\n",
-  );
+  const result = await handBack({ config, executor: options.executor });
+  if (result.outcome !== "timed out") return 0;
+  (options.io ?? processIO).stderr(`kproxy: ${result.message}\n`);
   return 1;
 }
 

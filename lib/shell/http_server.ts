@@ -79,15 +79,30 @@ export interface ServeHttpOptions extends Omit<HttpServerOptions, "listener"> {
   hostname: string;
   /** 0 picks a free port. */
   port: number;
+  /** What the server serves, for errors: "metrics (--metrics-bind-address)". @default {"HTTP"} */
+  serves?: string;
 }
 
 /**
  * Listens on `hostname:port` and serves `handler` there.
  *
- * @throws what `Deno.listen` throws (e.g. `AddrInUse`)
+ * @throws {Error} "Cannot serve WHAT on HOST:PORT: REASON" when it cannot listen, with what
+ * `Deno.listen` threw (e.g. `AddrInUse`) as the cause
  */
 export function serveHttp(options: ServeHttpOptions): HttpServer {
-  const listener = Deno.listen({ hostname: options.hostname, port: options.port });
+  let listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr>;
+  try {
+    listener = Deno.listen({ hostname: options.hostname, port: options.port });
+  } catch (error) {
+    const host = options.hostname.includes(":") ? `[${options.hostname}]` : options.hostname;
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(
+      `Cannot serve ${options.serves ?? "HTTP"} on ${host}:${options.port}: ${reason}`,
+      {
+        cause: error,
+      },
+    );
+  }
   return new HttpServer({ ...options, listener });
 }
 

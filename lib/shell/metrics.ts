@@ -36,6 +36,7 @@ import HistogramModule from "prom-client/lib/histogram.js";
 import BucketsModule from "prom-client/lib/bucketGenerators.js";
 import type { IpFamily } from "../core/model.ts";
 import { IPTABLES_COUNTED_TABLES } from "../core/backend.ts";
+import { FRONTEND_KINDS } from "./shadowed_frontends.ts";
 
 /** prom-client's registry: `metrics()` renders the text exposition format 0.0.4. */
 export const Registry: typeof Prom.Registry = RegistryModule;
@@ -147,6 +148,8 @@ export class ProxyMetrics {
   readonly iptablesRulesLast?: Gauge<FamilyLabel | "table">;
   readonly syncFailuresTotal: Counter<"mode">;
   readonly driftRepairsTotal: Counter<"mode">;
+  /** Frontends a service port declares but another holds (lib/shell/shadowed_frontends.ts). */
+  readonly shadowedFrontends: Gauge<FamilyLabel | "kind">;
 
   constructor(options: ProxyMetricsOptions = {}) {
     const registry = options.registry ?? new Registry();
@@ -324,5 +327,15 @@ export class ProxyMetrics {
       registers,
     });
     this.driftRepairsTotal.inc({ mode: this.mode }, 0);
+    this.shadowedFrontends = new Gauge({
+      name: "kproxy_shadowed_frontends",
+      help: "Frontends (address or node port, protocol and port) a service port declares " +
+        "but another service port holds, so they are left out of its rules",
+      labelNames: ["ip_family", "kind"],
+      registers,
+    });
+    for (const ip_family of families) {
+      for (const kind of FRONTEND_KINDS) this.shadowedFrontends.set({ ip_family, kind }, 0);
+    }
   }
 }

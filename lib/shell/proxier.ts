@@ -20,8 +20,11 @@ import type { SyncHistory } from "./sync_history.ts";
 import { changedServicePortIds, type PlannerOptions, planNode } from "../core/planner.ts";
 import type { SourceEvent } from "../core/source.ts";
 import type { StateChange } from "../core/state.ts";
+import { ShadowedFrontends } from "./shadowed_frontends.ts";
 
 const logger = getLogger(["kproxy", "proxier"]);
+/** The first sync's lines, shown at -v=0 (lib/shell/log.ts). */
+const startupLogger = getLogger(["kproxy", "main"]);
 
 /** The family an `iptables-restore` program (any variant) writes, undefined for other programs. */
 function restoreFamily(program: string): IpFamily | undefined {
@@ -114,6 +117,7 @@ export class Proxier {
   readonly #families: readonly PlanFamily[];
   readonly #clock: Pick<Clock, "now" | "wallNow">;
   readonly #history?: SyncHistory;
+  readonly #shadowed: ShadowedFrontends;
   #driftRepairs = 0;
   #planned?: NodePlans;
   #applied?: NodePlans;
@@ -137,6 +141,9 @@ export class Proxier {
     this.#families = options.families ?? ["ipv4", "ipv6"];
     this.#clock = options.clock ?? systemClock;
     this.#history = options.history;
+    this.#shadowed = new ShadowedFrontends((labels, n) =>
+      this.#metrics.shadowedFrontends.set(labels, n)
+    );
     this.#lastDriftCheckAt = this.#clock.now();
     // The initial sync is pending from the start: a proxy that never gets a
     // complete list turns unhealthy after the health timeout.
@@ -228,7 +235,7 @@ export class Proxier {
     });
 
     if (!full && changed.size === 0) {
-      this.#health.updated();
+      this.#recordUnchanged(plans, (this.#clock.now() - startedAt) / 1000);
       return { kind: "unchanged" };
     }
 
@@ -253,9 +260,12 @@ export class Proxier {
 
     const finishedAt = this.#clock.now();
     if (this.#applied === undefined) {
-      logger.info("Programmed the initial {mode} rules: {summary}", {
+      this.#logNodeIPs(change.state.nodes.get(this.#plannerOptions.nodeName)?.addresses);
+      startupLogger.info("Programmed the initial {mode} rules: {summary}", {
         mode: this.#backend.mode,
         summary: result.summary ?? `${changed.size} service ports`,
+        durationMs: Math.round(finishedAt - startedAt),
+        servicePorts: plans.map((plan) => `${plan.family}:${plan.services.length}`).join(","),
       });
     }
     this.#applied = planned;
@@ -281,6 +291,7 @@ export class Proxier {
       previous,
       changed,
     });
+    this.#shadowed.update(plans, changed, full || result.full);
     logger.debug("Synced {mode} rules ({kind}, {changed} changed): {summary}", {
       mode: this.#backend.mode,
       kind: result.full ? "full" : "partial",
@@ -299,6 +310,23 @@ export class Proxier {
     }
     await this.#syncServiceHealth(plans);
     return { kind: "applied", result, changed };
+  }
+
+  /** The node's addresses as the first sync found them (the Node object's). */
+  #logNodeIPs(addresses: readonly string[] | undefined): void {
+    const node = this.#plannerOptions.nodeName;
+    if (addresses === undefined) {
+      startupLogger.warn("Node {node} is not in the cluster: no node IPs until it appears", {
+        node,
+      });
+      return;
+    }
+    const families = [...new Set(addresses.map((ip) => ip.includes(":") ? "IPv6" : "IPv4"))];
+    startupLogger.info("Node {node} IPs", {
+      node,
+      nodeIPs: [...addresses],
+      families: families.sort().join(","),
+    });
   }
 
   #plan(change: StateChange): NodePlans {
@@ -418,6 +446,22 @@ export class Proxier {
       const labels = { ip_family: count.family, table: count.table };
       metrics.iptablesRulesLast?.set(labels, count.written);
       metrics.iptablesRulesTotal?.set(labels, count.total);
+    }
+  }
+
+  /**
+   * A sync that found the kernel already right is a successful sync, as in
+   * kube-proxy, which runs its (then empty) transaction every time: health,
+   * the sync durations and the last-sync timestamp move, so a quiet node does
+   * not look stale.
+   */
+  #recordUnchanged(plans: Plan[], seconds: number): void {
+    this.#health.updated();
+    const syncedAt = this.#clock.wallNow() / 1000;
+    for (const { family: ip_family } of plans) {
+      this.#metrics.syncProxyRulesDuration.observe({ ip_family }, seconds);
+      this.#metrics.syncPartialProxyRulesDuration.observe({ ip_family }, seconds);
+      this.#metrics.syncProxyRulesLastTimestamp.set({ ip_family }, syncedAt);
     }
   }
 

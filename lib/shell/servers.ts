@@ -51,6 +51,7 @@ export function startHealthServer(options: HealthServerOptions): HttpServer {
   return serveHttp({
     hostname,
     port,
+    serves: "health checks (--healthz-bind-address)",
     signal: options.signal,
     connections: options.connections,
     handler: (request) => handleHealthRequest(request, options),
@@ -121,15 +122,18 @@ export class ServiceHealthServers {
           serveHttp({
             hostname: this.#hostname,
             port,
+            serves: `the health check node port of ${info.namespace}/${info.name}`,
             connections: this.#connections,
             handler: () => this.#answer(port),
           }),
         );
       } catch (error) {
-        logger.error(
-          "Cannot serve health check node port {port} of {namespace}/{name}: {error}",
-          { port, namespace: info.namespace, name: info.name, error },
-        );
+        logger.error("{error}; trying again at the next sync", {
+          port,
+          namespace: info.namespace,
+          name: info.name,
+          error,
+        });
       }
     }
   }
@@ -182,6 +186,7 @@ export function startMetricsServer(options: MetricsServerOptions): HttpServer {
   return serveHttp({
     hostname,
     port,
+    serves: "metrics (--metrics-bind-address)",
     signal,
     connections,
     handler: (request) => {

@@ -2,6 +2,7 @@
  * The ipvs mode on a node that cannot run it exits at start with status 1
  * and one line naming what is missing, before it serves health (as
  * kube-proxy does). This kernel has no IPVS, so the first case is real.
+ * Only kproxy's words are asserted: ipvsadm's differ between hosts.
  */
 import assert from "node:assert/strict";
 import { kernelUnavailableReason } from "../../scripts/netns.ts";
@@ -48,9 +49,11 @@ Deno.test({
   async fn() {
     const { code, stderr } = await startIpvs(SYSTEM_PATH);
     assert.equal(code, 1, stderr);
+    // ipvsadm's own words vary with the host (with kmod installed it first reports modprobe's
+    // "Module ip_vs not found"): assert kproxy's words, and that it passes the tool's on.
     assert.match(
       stderr,
-      /^kproxy: Cannot use the ipvs proxy mode: the kernel has no IPVS support \(ipvsadm -Ln: Can't initialize ipvs: Protocol not available\)\n$/,
+      /^kproxy: Cannot use the ipvs proxy mode: the kernel has no IPVS support \(ipvsadm -Ln: \S[^\n]*\)\n$/,
     );
   },
 });

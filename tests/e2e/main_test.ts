@@ -105,6 +105,30 @@ Deno.test("main.ts exits 2 naming the bad flag or field", async (t) => {
   }
 });
 
+Deno.test("main() refuses a --manifests directory that does not exist, programming nothing", async (t) => {
+  const missing = `${await Deno.makeTempDir({ prefix: "kp-missing-" })}/gone`;
+  try {
+    for (const command of [["plan"], ["explain", "10.96.0.10:80"], []]) {
+      await t.step(command.join(" ") || "run", async () => {
+        const backend = new RecordingBackend({ mode: "nftables" });
+        const stderr: string[] = [];
+        const code = await main([...command, "--manifests", missing, "--hostname-override", "n"], {
+          backend,
+          setupLogging: false,
+          handleSignals: false,
+          signal: AbortSignal.timeout(10_000),
+          io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+        });
+        assert.equal(code, 2, stderr.join(""));
+        assert.match(stderr.join(""), /^kproxy: Cannot read --manifests .*gone.*: /);
+        assert.equal(backend.requests.length, 0, "no ruleset programmed");
+      });
+    }
+  } finally {
+    await Deno.remove(missing.slice(0, -"/gone".length), { recursive: true });
+  }
+});
+
 Deno.test("main.ts plan prints both families' plans as sorted JSON", async () => {
   await withManifests(async (dir) => {
     const result = await kproxy("plan", "--manifests", dir, "--hostname-override", "node-a");
@@ -210,6 +234,53 @@ Deno.test("main() runs the proxy in-process: syncs, serves health and metrics, s
     }
     assert.equal(await exitCode, 0, stderr.join(""));
     assert.equal(backend.cleanups, 0);
+  });
+});
+
+Deno.test("main() at -v=0 prints concise start-up lines and nothing else on a healthy start", async () => {
+  await withManifests(async (dir) => {
+    const backend = new RecordingBackend({ mode: "nftables" });
+    const controller = new AbortController();
+    const lines: string[] = [];
+    let app: RunningApp | undefined;
+    let onStarted = () => {};
+    const started = new Promise<void>((resolve) => (onStarted = resolve));
+    const exitCode = main([
+      "--manifests",
+      dir,
+      "--hostname-override",
+      "node-a",
+      "--healthz-bind-address=127.0.0.1:0",
+      "--metrics-bind-address=127.0.0.1:0",
+      "-v=0",
+    ], {
+      backend,
+      signal: controller.signal,
+      handleSignals: false,
+      logSink: (line) => lines.push(line),
+      serviceHealthHostname: "127.0.0.1",
+      io: { stdout: () => {}, stderr: (text) => lines.push(text) },
+      onStarted: (running) => {
+        app = running;
+        onStarted();
+      },
+    });
+    await started;
+    await waitFor(() => lines.some((line) => /Programmed the initial/.test(line)), 5_000);
+    controller.abort();
+    assert.equal(await exitCode, 0, lines.join("\n"));
+    const health = `127.0.0.1:${app!.healthServer!.addr.port}`;
+    const metrics = `127.0.0.1:${app!.metricsServer!.addr.port}`;
+    const expected = [
+      /^I\d{4} [\d:.]+ main\] "Starting kproxy" version=\d+\.\d+\.\d+\S* mode=nftables node=node-a families=IPv4,IPv6$/,
+      new RegExp(`^I.* main\\] "Serving health checks on ${health} \\(/healthz, /livez\\)"$`),
+      new RegExp(`^I.* main\\] "Serving metrics on ${metrics} \\(/metrics, /statusz\\)"$`),
+      /^I.* main\] "Node node-a IPs" nodeIPs=\["192\.168\.1\.10"\] families=IPv4$/,
+      /^I.* main\] "Programmed the initial nftables rules: 1 service ports" durationMs=\d+ servicePorts=IPv4:1,IPv6:0$/,
+      /^I.* main\] "Stopping; the installed rules stay in place"$/,
+    ];
+    assert.equal(lines.length, expected.length, lines.join("\n"));
+    expected.forEach((pattern, i) => assert.match(lines[i]!, pattern));
   });
 });
 

@@ -116,6 +116,39 @@ Deno.test("FileSource.start() skips a file that fails to parse and loads the res
   });
 });
 
+Deno.test("FileSource.start() rejects a directory it cannot read, reporting no synced", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kp-ingest-file-" });
+  await Deno.remove(dir);
+  const events: string[] = [];
+  const source = new FileSource({ dir, pollIntervalMs: 50 });
+  await assert.rejects(
+    source.start((event) => events.push(describe(event)), AbortSignal.timeout(2000)),
+    (error: Error) => error.message.includes(dir),
+  );
+  assert.deepEqual(events, []);
+});
+
+Deno.test("FileSource keeps every object while its directory is gone, and resumes when it returns", async () => {
+  const parent = await Deno.makeTempDir({ prefix: "kp-ingest-parent-" });
+  try {
+    await withLogRecords(["kproxy", "source", "file"], async (records) => {
+      await withSource({ "a.yaml": SERVICE }, async ({ dir, next }) => {
+        assert.deepEqual(await next(2), ["upsert Service default/web", "synced"]);
+        await Deno.rename(dir, `${parent}/moved`);
+        assert.deepEqual(await next(1, 800), [], "no delete while the directory is gone");
+        const errors = records.filter((record) => record.level === "error");
+        assert.equal(errors.length, 1, "logged once");
+        assert.match(String(errors[0]!.message.join("")), /Cannot read manifests directory/);
+        await Deno.rename(`${parent}/moved`, dir);
+        await Deno.writeTextFile(`${dir}/a.yaml`, SERVICE.replace("10.96.0.10", "10.96.0.11"));
+        assert.deepEqual(await next(1), ["upsert Service default/web"]);
+      });
+    });
+  } finally {
+    await Deno.remove(parent, { recursive: true });
+  }
+});
+
 Deno.test("FileSource follows changes, additions and deletions", async () => {
   await withSource({ "a.yaml": SERVICE, "b.yaml": CONFIGMAP_AND_NODE }, async ({ dir, next }) => {
     assert.equal((await next(3)).at(-1), "synced");

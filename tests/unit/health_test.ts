@@ -4,8 +4,10 @@ import {
   parseBindAddress,
   ServiceHealthServers,
   startHealthServer,
+  startMetricsServer,
 } from "../../lib/shell/servers.ts";
 import { ProxyMetrics, valueOf } from "../../lib/shell/metrics.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 const SYNC_PERIOD_MS = 30_000;
 const T0 = Date.UTC(2026, 0, 1);
@@ -341,5 +343,52 @@ Deno.test("ServiceHealthServers.sync() skips a port it cannot bind and retries i
     assert.deepEqual(servers.ports, [port]);
   } finally {
     await servers.close();
+  }
+});
+
+Deno.test("a server that cannot bind names its address and what it serves", async (t) => {
+  const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const address = `127.0.0.1:${taken.addr.port}`;
+  try {
+    await t.step("health", () => {
+      assert.throws(
+        () => startHealthServer({ address, health: new ProxyHealth({ healthTimeoutMs: 1 }) }),
+        (error: Error) =>
+          error.message.startsWith(
+            `Cannot serve health checks (--healthz-bind-address) on ${address}: `,
+          ) &&
+          /in use/i.test(error.message),
+      );
+    });
+    await t.step("metrics", () => {
+      assert.throws(
+        () => startMetricsServer({ address, registry: new ProxyMetrics().registry }),
+        (error: Error) =>
+          error.message.startsWith(
+            `Cannot serve metrics (--metrics-bind-address) on ${address}: `,
+          ) &&
+          /in use/i.test(error.message),
+      );
+    });
+    await t.step("health check node port", async () => {
+      await withLogRecords(["kproxy", "health"], async (records) => {
+        const servers = new ServiceHealthServers({ hostname: "127.0.0.1" });
+        await servers.sync(
+          new Map([[taken.addr.port, { namespace: "shop", name: "lb", localEndpoints: 1 }]]),
+        );
+        await servers.close();
+        const errors = records.filter((record) => record.level === "error");
+        assert.equal(errors.length, 1);
+        assert.match(
+          errors[0]!.message.map(String).join(""),
+          new RegExp(
+            `Cannot serve the health check node port of shop/lb on ${address}: .*in use`,
+            "i",
+          ),
+        );
+      });
+    });
+  } finally {
+    taken.close();
   }
 });

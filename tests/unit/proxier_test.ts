@@ -8,6 +8,7 @@ import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/mo
 import type { PlannerOptions } from "../../lib/core/planner.ts";
 import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
+import { withLogRecords } from "../support/logs.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
 import type { SourceEvent } from "../../lib/core/source.ts";
 import type { ClusterState, StateChange } from "../../lib/core/state.ts";
@@ -239,6 +240,24 @@ Deno.test("Proxier.sync() skips the backend when nothing changed", async () => {
   await h.proxier.sync();
   h.clock.t += 1000;
   assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+  assert.equal(h.backend.requests.length, 1);
+});
+
+Deno.test("Proxier.sync() with nothing changed is a successful sync: timestamp, duration, health", async () => {
+  // kube-proxy sets these on every sync; a quiet node must not look stale (KproxyRulesStale).
+  const h = setup({ fullSyncPeriodMs: 3_600_000 });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"], h.clock.t);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  for (let i = 0; i < 3; i++) {
+    h.clock.t += 30_000;
+    assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" });
+    assert.equal(await valueOf(h.metrics.syncProxyRulesLastTimestamp, IPV4), h.clock.t / 1000);
+    assert.equal(h.health.status().lastUpdated, h.clock.t);
+  }
+  assert.equal((await histogramTotals(h.metrics.syncProxyRulesDuration, IPV4)).count, 4);
+  assert.equal((await histogramTotals(h.metrics.syncPartialProxyRulesDuration, IPV4)).count, 3);
+  assert.equal((await histogramTotals(h.metrics.networkProgrammingDuration, IPV4)).count, 1);
   assert.equal(h.backend.requests.length, 1);
 });
 
@@ -512,4 +531,52 @@ Deno.test("Proxier counts iptables restore failures, partial ones apart, and set
   assert.equal(await valueOf(h.metrics.iptablesRestoreFailuresTotal!, IPV4), 2);
   assert.equal(await valueOf(h.metrics.syncFailuresTotal, { mode: "iptables" }), 5);
   assert.equal(h.metrics.nftablesSyncFailuresTotal, undefined);
+});
+
+Deno.test("Proxier logs a frontend one Service takes from another once per change, and counts it", async () => {
+  const SHARED = "192.0.2.1";
+  const EXTERNAL = { ip_family: "IPv4", kind: "externalIP" };
+  await withLogRecords(["kproxy", "proxier"], async (records) => {
+    const shadowLogs = () =>
+      records.filter((record) => /frontend/.test(String(record.rawMessage)))
+        .map((record) => ({ level: record.level, ...record.properties }));
+    const h = setup();
+    h.tracker.set(service("alpha", "10.96.0.10", { externalIPs: [SHARED] }), ["10.244.0.5"]);
+    h.tracker.set(service("beta", "10.96.0.11", { externalIPs: [SHARED] }), ["10.244.0.6"]);
+    h.tracker.set(service("gamma", "10.96.0.12"), ["10.244.0.7"]);
+    h.proxier.onEvent({ type: "synced" });
+    await h.proxier.sync();
+    assert.deepEqual(shadowLogs(), [{
+      level: "warning",
+      lost: "default/beta:/TCP",
+      holder: "default/alpha:/TCP",
+      frontend: "externalIP 192.0.2.1:80/TCP",
+      family: "IPv4",
+    }]);
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 1);
+
+    h.clock.t += 1000;
+    h.tracker.set(service("gamma", "10.96.0.12"), ["10.244.0.8"]);
+    await h.proxier.sync();
+    h.clock.t += 1000;
+    h.tracker.set(service("beta", "10.96.0.11", { externalIPs: [SHARED] }), ["10.244.0.9"]);
+    await h.proxier.sync();
+    h.clock.t += 60_000;
+    await h.proxier.sync(); // full
+    assert.equal(shadowLogs().length, 1, "logged once, not per sync");
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 1);
+
+    h.clock.t += 1000;
+    h.tracker.services.delete("default/alpha");
+    h.tracker.changed.add("default/alpha");
+    await h.proxier.sync();
+    assert.deepEqual(shadowLogs().slice(1), [{
+      level: "info",
+      lost: "default/beta:/TCP",
+      holder: "default/alpha:/TCP",
+      frontend: "externalIP 192.0.2.1:80/TCP",
+      family: "IPv4",
+    }]);
+    assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 0);
+  });
 });

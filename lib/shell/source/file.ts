@@ -74,7 +74,9 @@ function yieldToEventLoop(): Promise<void> {
  * objects keep their last loaded version. A link leaving the directory, a
  * file above `maxFileBytes` and anything but a regular file are refused with
  * a log line naming them. Parsing yields to the event loop every `sliceMs`.
- * The promise resolves when the signal aborts.
+ * The promise resolves when the signal aborts; it rejects, before `synced`, when
+ * the directory cannot be read at start. A directory that vanishes later keeps
+ * its last objects (logged) until it is back.
  *
  * @example Usage
  * ```ts
@@ -116,7 +118,7 @@ export class FileSource implements Source {
     const events = new FileEvents();
     const stopWatch = this.#watch(events, signal);
     try {
-      await this.#reload(listener, new Set());
+      await this.#reload(listener, new Set(), { initial: true });
       if (signal.aborted) return;
       listener({ type: "synced" });
       await this.#follow(listener, signal, events);
@@ -191,16 +193,30 @@ export class FileSource implements Source {
     };
   }
 
-  /** Reads the files that changed (or are in `forced`) and emits what changed. */
-  async #reload(listener: SourceListener, forced: ReadonlySet<string>): Promise<void> {
+  /**
+   * Reads the files that changed (or are in `forced`) and emits what changed. A directory that
+   * cannot be read keeps every object: the first time it throws (an empty directory is a
+   * cluster without Services, a missing one is a mistake), later it logs once per error.
+   */
+  async #reload(
+    listener: SourceListener,
+    forced: ReadonlySet<string>,
+    options: { initial?: boolean } = {},
+  ): Promise<void> {
     let entries: ManifestEntry[];
     try {
       entries = await scanManifestDir(this.#dir, { maxFileBytes: this.#maxFileBytes });
       this.#dirError = undefined;
     } catch (error) {
+      if (options.initial) {
+        const reason = error instanceof Error ? error.message : String(error);
+        throw new Error(`Cannot read manifests directory ${this.#dir}: ${reason}`, {
+          cause: error,
+        });
+      }
       const message = String(error);
       if (this.#dirError !== message) {
-        logger.error("Cannot read manifests directory {dir}: {error}", {
+        logger.error("Cannot read manifests directory {dir}, keeping its last objects: {error}", {
           dir: this.#dir,
           error: message,
         });
