@@ -138,9 +138,6 @@ export class Proxier {
     this.#clock = options.clock ?? systemClock;
     this.#history = options.history;
     this.#lastDriftCheckAt = this.#clock.now();
-    // The initial sync is pending from the start: a proxy that never gets a
-    // complete list turns unhealthy after the health timeout.
-    this.#health.queuedUpdate();
   }
 
   /** Full resyncs forced by drift since start. */
