@@ -117,7 +117,6 @@ export const OS_DIRS: readonly string[] = [
   "/tmp",
   "/root",
   "/etc/kproxy",
-  "/usr/lib/modules",
   "/var/lib/kproxy",
 ];
 
