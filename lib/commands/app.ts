@@ -324,7 +324,11 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
     connections,
   });
-  const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
+  const tracker = new Tracker({
+    nodeName: config.hostnameOverride,
+    clock: systemClock,
+    featureGates: config.featureGates,
+  });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
   const conntrack = modeOf(config.proxyMode).reconcilesConntrack

@@ -97,6 +97,27 @@ function fillCluster(server: FakeApiServer) {
   });
 }
 
+Deno.test("KubeSource.start() lists and watches only this node's Node, as kube-proxy", async () => {
+  await withSource((server) => {
+    fillCluster(server);
+    server.create("nodes", { metadata: { name: "node-b" } });
+  }, async ({ server, seen, until, saw }) => {
+    await until(() => seen().includes("synced"), "synced");
+    await until(() => server.openWatches("nodes") === 1, "the Node watch");
+    const requests = server.requestsFor("nodes");
+    assert.ok(requests.length >= 2, JSON.stringify(requests));
+    for (const request of requests) {
+      assert.equal(request.params.fieldSelector, "metadata.name=node-a", JSON.stringify(request));
+    }
+    assert.ok(!seen().includes("upsert Node node-b"), JSON.stringify(seen()));
+    const mark = seen().length;
+    server.update("nodes", { metadata: { name: "node-b", labels: { changed: "yes" } } });
+    server.update("nodes", { metadata: { name: "node-a", labels: { changed: "yes" } } });
+    await saw("upsert Node node-a", mark);
+    assert.ok(!seen().slice(mark).includes("upsert Node node-b"), JSON.stringify(seen()));
+  });
+});
+
 Deno.test("KubeSource.start() lists every kind, then reports synced once", async () => {
   await withSource(fillCluster, async ({ server, seen, until, events }) => {
     await until(() => seen().includes("synced"), "synced");
@@ -172,11 +193,12 @@ Deno.test("KubeSource reports creates, updates and deletes from the watch", asyn
 });
 
 Deno.test("KubeSource re-watches from the resourceVersion of a bookmark", async () => {
-  await withSource(fillCluster, async ({ server, until, saw }) => {
+  await withSource(fillCluster, async ({ server, seen, until, saw }) => {
     await saw("synced");
     await until(() => server.openWatches("services") === 1, "services watch");
-    server.create("nodes", { metadata: { name: "node-b" } });
-    await saw("upsert Node node-b");
+    const mark = seen().length;
+    server.update("nodes", { metadata: { name: "node-a", labels: { moved: "yes" } } });
+    await saw("upsert Node node-a", mark);
     const bookmarkRV = server.resourceVersion;
     server.bookmark("services");
     await new Promise((r) => setTimeout(r, 50));
