@@ -414,6 +414,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
       mode: backend.mode,
       node: config.hostnameOverride,
     });
+    // As kube-proxy, once the servers are up; best effort, never awaited.
+    void source.recordStarting?.(signal);
     const looping = runner.loop(signal);
     const watching = source.start((event) => proxier.onEvent(event), signal).catch((error) => {
       logger.fatal("The source of API objects failed: {error}", { error });

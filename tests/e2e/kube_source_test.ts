@@ -9,6 +9,7 @@ import {
   writeKubeconfig,
 } from "../../scripts/testbed/fake_apiserver.ts";
 import { testCertificates } from "../../scripts/testbed/tls.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 function service(name: string, extra: ApiObject = {}): ApiObject {
   return {
@@ -38,7 +39,12 @@ interface Harness {
 async function withSource(
   setup: (server: FakeApiServer) => void,
   body: (h: Harness) => Promise<void>,
-  options: { server?: FakeApiServerOptions; source?: Partial<KubeSourceOptions> } = {},
+  options: {
+    server?: FakeApiServerOptions;
+    source?: Partial<KubeSourceOptions>;
+    /** Record the Starting event as `kproxy` does at start. */
+    recordStarting?: boolean;
+  } = {},
 ) {
   const server = await FakeApiServer.start(options.server);
   const kubeconfig = await writeKubeconfig(server);
@@ -58,6 +64,8 @@ async function withSource(
       ...options.source,
     });
     running = source.start((event) => events.push(event), controller.signal);
+    const recording = options.recordStarting ? source.recordStarting(controller.signal) : undefined;
+    running = Promise.all([running, recording]).then(() => undefined);
     const seen = () => events.map(describe);
     const until = async (predicate: () => boolean, what: string, timeoutMs = 3000) => {
       const deadline = Date.now() + timeoutMs;
@@ -115,6 +123,55 @@ Deno.test("KubeSource.start() lists and watches only this node's Node, as kube-p
     server.update("nodes", { metadata: { name: "node-a", labels: { changed: "yes" } } });
     await saw("upsert Node node-a", mark);
     assert.ok(!seen().slice(mark).includes("upsert Node node-b"), JSON.stringify(seen()));
+  });
+});
+
+Deno.test("KubeSource.recordStarting() creates kube-proxy's Starting event on this Node", async () => {
+  await withSource(fillCluster, async ({ server, until }) => {
+    await until(() => server.events.length === 1, "the Starting event");
+    const [request] = server.requests.filter((r) => r.method === "POST");
+    assert.equal(request?.path, "/apis/events.k8s.io/v1/namespaces/default/events");
+    assert.equal(request?.authorization, "Bearer fake-token");
+    const event = server.events[0]!;
+    assert.equal(event.apiVersion, "events.k8s.io/v1");
+    assert.equal(event.kind, "Event");
+    assert.match(event.metadata.name, /^node-a\.[0-9a-f]+$/);
+    assert.equal(event.metadata.namespace, "default");
+    assert.match(event.eventTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+    assert.deepEqual(
+      {
+        reason: event.reason,
+        action: event.action,
+        type: event.type,
+        note: event.note,
+        regarding: event.regarding,
+        reportingController: event.reportingController,
+      },
+      {
+        reason: "Starting",
+        action: "StartKubeProxy",
+        type: "Normal",
+        note: "",
+        regarding: { apiVersion: "v1", kind: "Node", name: "node-a" },
+        reportingController: "kproxy",
+      },
+    );
+    assert.match(event.reportingInstance, /^kproxy-.+/);
+  }, { recordStarting: true });
+});
+
+Deno.test("KubeSource.recordStarting() is best effort: a refused event neither blocks nor fails the start", async () => {
+  await withLogRecords(["kproxy", "source"], async (records) => {
+    await withSource(fillCluster, async ({ server, seen, until }) => {
+      await until(() => seen().includes("synced"), "synced");
+      await until(
+        () => records.some((r) => String(r.message.join("")).includes("Starting event")),
+        "the log of the refused event",
+      );
+      assert.equal(server.events.length, 0);
+      const logged = records.find((r) => String(r.message.join("")).includes("Starting event"));
+      assert.equal(logged?.level, "info");
+    }, { recordStarting: true, server: { refuseEvents: 403 } });
   });
 });
 

@@ -29,6 +29,7 @@ import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
 import { ListGarbage } from "../list_garbage.ts";
 import { ApiTransport } from "./transport.ts";
+import { recordStartingEvent } from "./events.ts";
 import { splitListPage } from "../../core/parse/list_page.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
@@ -199,6 +200,7 @@ export class KubeSource implements Source {
   readonly #backoff: BackoffOptions;
   readonly #missingRetryMs: number;
   readonly #pageSize: number;
+  readonly #nodeName: string;
   readonly #transport = new ApiTransport();
   readonly #garbage = new ListGarbage();
   #warnedInsecure = false;
@@ -219,6 +221,18 @@ export class KubeSource implements Source {
     this.#backoff = options.backoff ?? { initialMs: 1000, maxMs: 30_000 };
     this.#missingRetryMs = options.missingApiRetryMs ?? 300_000;
     this.#pageSize = options.listPageSize ?? 500;
+    this.#nodeName = options.nodeName;
+  }
+
+  /** Creates kube-proxy's `Starting` event on this node's Node; see `events.ts`. */
+  recordStarting(signal: AbortSignal): Promise<void> {
+    return recordStartingEvent({
+      connection: this.#connection,
+      transport: this.#transport,
+      nodeName: this.#nodeName,
+      signal,
+      backoff: this.#backoff,
+    });
   }
 
   /** The apiserver URL in use. */
