@@ -157,7 +157,7 @@ Deno.test("deploy README says how to fill the endpoint or reuse kubeadm's kube-p
   }
 });
 
-Deno.test("ClusterRole grants only list/watch on the watched resources and event writes", async () => {
+Deno.test("ClusterRole grants only list/watch on the watched resources and the one event create", async () => {
   const role = byKind(await readManifests(), "ClusterRole");
   const granted = new Map<string, string[]>();
   for (const rule of role.rules) {
