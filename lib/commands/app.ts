@@ -349,7 +349,11 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     health,
     connections,
   });
-  const tracker = new Tracker({ nodeName: config.hostnameOverride, clock: systemClock });
+  const tracker = new Tracker({
+    nodeName: config.hostnameOverride,
+    clock: systemClock,
+    featureGates: config.featureGates,
+  });
   const history = new SyncHistory();
   const startedAt = { wall: systemClock.wallNow(), monotonic: systemClock.now() };
   const conntrack = modeOf(config.proxyMode).reconcilesConntrack
@@ -446,6 +450,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         address: formatAddress(app.metricsServer.addr),
       });
     }
+    // As kube-proxy, once the servers are up; best effort, never awaited.
+    void source.recordStarting?.(signal);
     const looping = runner.loop(signal);
     const watching = source.start((event) => proxier.onEvent(event), signal).catch((error) => {
       logger.fatal("The source of API objects failed: {error}", { error });

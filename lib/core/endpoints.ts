@@ -134,7 +134,7 @@ export interface CategorizeInput {
   /** externalTrafficPolicy Local applies (the service has external addresses). */
   externalLocal: boolean;
   /** This node's topology, for {@linkcode selectTopologyEndpoints}. */
-  topology: Pick<TopologyInput, "nodeName" | "nodeLabels" | "nodes" | "featureGates">;
+  topology: Pick<TopologyInput, "nodeName" | "nodeLabels" | "featureGates">;
 }
 
 /** Endpoints of one service port, by class of traffic. */

@@ -34,7 +34,7 @@ import type {
 } from "./plan.ts";
 import { lowerBoundById, SERVICE_COUNTERS, servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
-import { gateEnabled, SERVICE_TOPOLOGY_GATE, usesTopologyKeys } from "./topology.ts";
+import { usesTopologyKeys } from "./topology.ts";
 
 const logger = getLogger(["kproxy", "planner"]);
 
@@ -108,7 +108,7 @@ export function planNode(input: PlanInput): NodePlans {
   const node = state.nodes.get(options.nodeName);
   const incremental = previous !== undefined && changedServices !== undefined &&
     input.globalChange !== true;
-  const replan = incremental ? replanSet(state, changedServices, options) : undefined;
+  const replan = incremental ? changedServices : undefined;
   const plans = FAMILIES.map((family): Plan => {
     const localTraffic = localTrafficDetector(family, options, node);
     const previousPlan = previous === undefined
@@ -147,23 +147,6 @@ export function planNode(input: PlanInput): NodePlans {
     return plan;
   });
   return { ipv4: plans[0]!, ipv6: plans[1]! };
-}
-
-/** The services to replan incrementally: the changed ones, plus those whose plan
- * depends on other nodes' labels (topologyKeys), which no service change reports. */
-function replanSet(
-  state: ClusterState,
-  changed: Set<ServiceKey>,
-  options: PlannerOptions,
-): Set<ServiceKey> {
-  if (!gateEnabled(options.featureGates, SERVICE_TOPOLOGY_GATE)) return changed;
-  let extra: ServiceKey[] | undefined;
-  for (const [key, service] of state.services) {
-    if (!changed.has(key) && usesTopologyKeys(service, options.featureGates)) {
-      (extra ??= []).push(key);
-    }
-  }
-  return extra === undefined ? changed : new Set([...changed, ...extra]);
 }
 
 /** Service port plans with each shared frontend held by one of them, and the claims. */
@@ -331,7 +314,6 @@ function planService(
       topology: {
         nodeName: options.nodeName,
         nodeLabels: ctx.nodeLabels,
-        nodes: ctx.state.nodes,
         featureGates: options.featureGates,
       },
     });

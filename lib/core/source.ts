@@ -21,4 +21,9 @@ export type SourceListener = (event: SourceEvent) => void;
 /** A running source; stops when the signal aborts. */
 export interface Source {
   start(listener: SourceListener, signal: AbortSignal): Promise<void>;
+  /**
+   * Records kube-proxy's `Starting` event on this node, best effort (an
+   * apiserver source only). Never rejects.
+   */
+  recordStarting?(signal: AbortSignal): Promise<void>;
 }

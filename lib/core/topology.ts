@@ -11,7 +11,7 @@
  */
 
 import { getLogger } from "@logtape/logtape";
-import type { EndpointHints, Node, Service } from "./model.ts";
+import type { EndpointHints, Service } from "./model.ts";
 import { HOSTNAME_LABEL, ZONE_LABEL } from "./model.ts";
 import type { PlanEndpoint } from "./plan.ts";
 
@@ -53,8 +53,6 @@ export interface TopologyInput {
   nodeName: string;
   /** This node's labels; empty when the Node object is unknown. */
   nodeLabels: Readonly<Record<string, string>>;
-  /** All known nodes, for the labels of the endpoints' nodes (topologyKeys). */
-  nodes: ReadonlyMap<string, Node>;
   featureGates: Readonly<Record<string, boolean>>;
 }
 
@@ -65,6 +63,28 @@ export interface TopologyDecision {
   reason: string;
   /** True when the endpoints are a strict choice made by topology (a subset, or none). */
   filtered: boolean;
+}
+
+/**
+ * The topologyKeys every endpoint's value is known for: its EndpointSlice
+ * names its node and zone. kproxy watches only its own Node, as kube-proxy,
+ * so any other key (the region, a custom label) is known only for endpoints
+ * on this node.
+ */
+export const ENDPOINT_TOPOLOGY_KEYS: readonly string[] = Object.freeze([
+  HOSTNAME_LABEL,
+  ZONE_LABEL,
+]);
+
+/**
+ * The keys of a topologyKeys list that only endpoints on this node can match
+ * (see {@linkcode ENDPOINT_TOPOLOGY_KEYS}).
+ *
+ * @param keys A Service's topologyKeys.
+ * @returns The keys outside {@linkcode ENDPOINT_TOPOLOGY_KEYS} and `"*"`, in order.
+ */
+export function unservedTopologyKeys(keys: readonly string[]): string[] {
+  return keys.filter((key) => key !== TOPOLOGY_KEY_ANY && !ENDPOINT_TOPOLOGY_KEYS.includes(key));
 }
 
 /**
@@ -100,7 +120,9 @@ export function usesTopologyKeys(
  * Order of precedence:
  * 1. `spec.topologyKeys` (gate `ServiceTopology`): the first key for which some
  *    endpoint's node has this node's label value wins; `"*"` means all; no
- *    match means no endpoint.
+ *    match means no endpoint. Another node's hostname and zone come from the
+ *    EndpointSlice; its other labels are unknown (only this Node is watched),
+ *    so other keys match only endpoints on this node.
  * 2. EndpointSlice hints, followed whatever the annotation or
  *    `trafficDistribution` says: when every ready endpoint has a `forNodes` hint
  *    (gate `PreferSameTrafficDistribution`) and one names this node, only those;
@@ -116,7 +138,7 @@ export function usesTopologyKeys(
  * const d = selectTopologyEndpoints({
  *   endpoints: [ep("10.0.0.1", "a"), ep("10.0.0.2", "b")], usability: "ready",
  *   service: { topologyKeys: [], trafficDistribution: "PreferClose", topologyMode: "" },
- *   nodeName: "n", nodeLabels: { "topology.kubernetes.io/zone": "a" }, nodes: new Map(), featureGates: {},
+ *   nodeName: "n", nodeLabels: { "topology.kubernetes.io/zone": "a" }, featureGates: {},
  * });
  * // d.endpoints holds 10.0.0.1 only
  * ```
@@ -147,7 +169,7 @@ function selectByTopologyKeys(input: TopologyInput): TopologyDecision {
     const value = nodeLabels[key];
     if (value === undefined || value === "") continue;
     const matched = input.endpoints.filter((candidate) =>
-      endpointLabel(candidate.endpoint, key, input.nodes) === value
+      endpointLabel(candidate.endpoint, key, input.nodeName, nodeLabels) === value
     );
     if (matched.length > 0) {
       return { endpoints: matched, reason: `topologyKeys: ${key}`, filtered: true };
@@ -160,17 +182,23 @@ function selectByTopologyKeys(input: TopologyInput): TopologyDecision {
   };
 }
 
+/**
+ * An endpoint's value for a topology key: this node's label for an endpoint on
+ * this node; else what its EndpointSlice says (node name, zone), nothing for
+ * any other key.
+ */
 function endpointLabel(
   endpoint: PlanEndpoint,
   key: string,
-  nodes: ReadonlyMap<string, Node>,
+  nodeName: string,
+  nodeLabels: Readonly<Record<string, string>>,
 ): string | undefined {
-  const labels = nodes.get(endpoint.nodeName)?.labels ?? {};
-  return effectiveLabels(endpoint.nodeName, labels, endpoint.zone)[key];
+  if (endpoint.nodeName !== "" && endpoint.nodeName === nodeName) return nodeLabels[key];
+  return effectiveLabels(endpoint.nodeName, {}, endpoint.zone)[key];
 }
 
 /** Node labels, with the host name and zone derived from the node name and the
- * endpoint's zone when the Node object does not carry them. */
+ * endpoint's zone when the labels do not carry them. */
 function effectiveLabels(
   nodeName: string,
   labels: Readonly<Record<string, string>>,

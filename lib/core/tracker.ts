@@ -25,6 +25,7 @@ import { parseNode } from "./parse/node.ts";
 import { parseService } from "./parse/service.ts";
 import { parseServiceCIDR } from "./parse/service_cidr.ts";
 import { SnapshotMap } from "./snapshot_map.ts";
+import { unservedTopologyKeys, usesTopologyKeys } from "./topology.ts";
 
 const logger = getLogger(["kproxy", "tracker"]);
 
@@ -37,6 +38,8 @@ export interface TrackerOptions {
    * `wallNow`, EndpointSlice changes start at their last-change-trigger-time.
    */
   clock: Pick<Clock, "now"> & Partial<Pick<Clock, "wallNow">>;
+  /** Feature gates, for warnings about topologyKeys in effect. @default {{}} */
+  featureGates?: Readonly<Record<string, boolean>>;
 }
 
 /** Parser warnings shown in one log line: the first few, then how many more. */
@@ -109,6 +112,7 @@ export class Tracker {
   readonly #startedAtWall?: number;
   #synced = false;
 
+  readonly #featureGates: Readonly<Record<string, boolean>>;
   readonly #services = new SnapshotMap<ServiceKey, Service>();
   /** Slices by `namespace/name` of the slice. */
   readonly #slices = new Map<string, EndpointSlice>();
@@ -116,15 +120,11 @@ export class Tracker {
   readonly #nodes = new SnapshotMap<string, Node>();
   readonly #serviceCIDRs = new Map<string, ServiceCIDR>();
   #serviceCIDRList: readonly ServiceCIDR[] = [];
-  /** Services with topologyKeys: they depend on the labels of other nodes. */
-  readonly #topologyServices = new Set<ServiceKey>();
 
   /** The state handed out by the last drain: the "previous" side of every pending change. */
   #drained: ClusterState = EMPTY_STATE;
   /** Service keys touched since the last drain, with when they were first touched. */
   readonly #pending = new Map<ServiceKey, number>();
-  /** Services whose endpoints' node labels changed since the last drain. */
-  readonly #nodeTouched = new Map<ServiceKey, number>();
   #globalSince: number | undefined;
   /** Last warning (error or refusals) logged per object, so a resync of the same object logs once. */
   readonly #loggedWarnings = new Map<string, string>();
@@ -133,6 +133,7 @@ export class Tracker {
   constructor(options: TrackerOptions) {
     this.#nodeName = options.nodeName;
     this.#clock = options.clock;
+    this.#featureGates = options.featureGates ?? {};
     this.#startedAtWall = options.clock.wallNow?.();
   }
 
@@ -204,17 +205,11 @@ export class Tracker {
         observe(at);
       }
     }
-    for (const [key, at] of this.#nodeTouched) {
-      if (!changedServices.has(key)) endpointChanges++;
-      changedServices.add(key);
-      observe(at);
-    }
     const globalChange = this.#globalSince !== undefined && this.#globalDiffersFrom(previous);
     if (globalChange) observe(this.#globalSince!);
 
     this.#drained = state;
     this.#pending.clear();
-    this.#nodeTouched.clear();
     this.#globalSince = undefined;
     const change: StateChange = {
       state,
@@ -228,8 +223,7 @@ export class Tracker {
   }
 
   #hasPending(): boolean {
-    return this.#pending.size > 0 || this.#nodeTouched.size > 0 ||
-      this.#globalSince !== undefined;
+    return this.#pending.size > 0 || this.#globalSince !== undefined;
   }
 
   #globalDiffersFrom(previous: ClusterState): boolean {
@@ -286,10 +280,7 @@ export class Tracker {
     const key = serviceKey(namespace, name);
     if (remove) {
       this.#loggedWarnings.delete(`Service/${key}`);
-      if (this.#services.delete(key)) {
-        this.#topologyServices.delete(key);
-        this.#touch(key);
-      }
+      if (this.#services.delete(key)) this.#touch(key);
       return;
     }
     const parsed = this.#parse("Service", object, parseService);
@@ -297,14 +288,12 @@ export class Tracker {
     const service = parsed.value;
     if (service === null) {
       if (this.#services.delete(key)) this.#touch(key);
-      this.#topologyServices.delete(key);
       return;
     }
     const current = this.#services.get(key);
     if (deepEqual(current, service)) return;
     this.#services.set(key, service);
-    if (service.topologyKeys.length > 0) this.#topologyServices.add(key);
-    else this.#topologyServices.delete(key);
+    this.#warnUnservedTopologyKeys(key, service);
     this.#touch(key);
   }
 
@@ -385,21 +374,30 @@ export class Tracker {
     if (deepEqual(current, node)) return;
     if (node) this.#nodes.set(name, node);
     else this.#nodes.delete(name);
-    if (name === this.#nodeName) {
-      this.#touchGlobal();
-    } else if (!deepEqual(current?.labels, node?.labels)) {
-      this.#touchTopologyServicesOn(name);
-    }
+    // Other nodes matter to nothing kproxy plans (topology takes their hostname and zone from
+    // the EndpointSlices); a manifests directory still hands them in, for `kproxy explain`.
+    if (name === this.#nodeName) this.#touchGlobal();
   }
 
-  /** Marks services using topologyKeys that have an endpoint on `nodeName` as changed. */
-  #touchTopologyServicesOn(nodeName: string): void {
-    for (const key of this.#topologyServices) {
-      const slices = this.#slicesByService.get(key) ?? [];
-      if (slices.some((slice) => slice.endpoints.some((ep) => ep.nodeName === nodeName))) {
-        if (!this.#nodeTouched.has(key)) this.#nodeTouched.set(key, this.#clock.now());
-      }
+  /** Logs once per Service which of its topologyKeys only endpoints on this node can match. */
+  #warnUnservedTopologyKeys(key: ServiceKey, service: Service): void {
+    const unserved = usesTopologyKeys(service, this.#featureGates)
+      ? unservedTopologyKeys(service.topologyKeys)
+      : [];
+    const logKey = `Service-topologyKeys/${key}`;
+    const reason = unserved.join(", ");
+    if (reason === "") {
+      this.#loggedWarnings.delete(logKey);
+      return;
     }
+    if (this.#loggedWarnings.get(logKey) === reason) return;
+    this.#loggedWarnings.set(logKey, reason);
+    logger.warn(
+      "Service {key} topologyKeys {keys} match only endpoints on this node: kproxy watches only " +
+        "its own Node and learns other nodes' hostname and zone from EndpointSlices, not their " +
+        "other labels",
+      { key, keys: unserved },
+    );
   }
 
   #applyServiceCIDR(object: Record<string, unknown>, remove: boolean): void {

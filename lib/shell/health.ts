@@ -15,7 +15,7 @@ import type { ProxyMetrics } from "./metrics.ts";
 export interface ProxyHealthStatus {
   /** False when an update has been pending longer than the health timeout. */
   healthy: boolean;
-  /** True unless this node is being deleted. */
+  /** False until this node's Node is known (first sync), and while it is being deleted. */
   nodeEligible: boolean;
   /** Wall time (ms since the epoch) of the last successful sync, or of the start before one. */
   lastUpdated: number;
@@ -38,7 +38,9 @@ export interface ProxyHealthOptions {
 /**
  * The queued-versus-updated health model of upstream's proxy_health.go: the
  * proxy is healthy unless a queued update has waited longer than the timeout.
- * As upstream, the start counts as the first update.
+ * As upstream, the start counts as the first update and only a change the
+ * source delivered queues one, so a proxy that cannot reach the apiserver yet
+ * stays live.
  */
 export class ProxyHealth {
   readonly #healthTimeoutMs: number;
@@ -48,7 +50,8 @@ export class ProxyHealth {
   #oldestPendingAt?: number;
   /** Wall time of the last successful sync. */
   #lastUpdatedAt: number;
-  #nodeDeleting = false;
+  /** undefined until the first sync looked for this node's Node, as upstream's nil Node. */
+  #nodeDeleting?: boolean;
 
   constructor(options: ProxyHealthOptions) {
     this.#healthTimeoutMs = options.healthTimeoutMs;
@@ -68,7 +71,8 @@ export class ProxyHealth {
     this.#oldestPendingAt = undefined;
   }
 
-  /** Marks this node as being deleted, which fails /healthz (not /livez). */
+  /** Records whether this node is being deleted, which fails /healthz (not /livez). Until the
+   * first call the node counts as not eligible, as upstream's before it has the Node. */
   setNodeDeleting(deleting: boolean): void {
     this.#nodeDeleting = deleting;
   }
@@ -80,7 +84,7 @@ export class ProxyHealth {
     const lastUpdated = this.#lastUpdatedAt;
     return {
       healthy,
-      nodeEligible: !this.#nodeDeleting,
+      nodeEligible: this.#nodeDeleting === false,
       lastUpdated,
       currentTime: this.#clock.wallNow(),
       families: this.#families.map((family) => ({ family, lastUpdated, healthy })),

@@ -10,7 +10,12 @@
  */
 
 import { joinHostPort } from "../core/ip.ts";
-import { kubeconfigFiles, parseKubeconfig, SERVICE_ACCOUNT_DIR } from "./source/kubeconfig.ts";
+import {
+  kubeconfigFiles,
+  kubeconfigServer,
+  parseKubeconfig,
+  SERVICE_ACCOUNT_DIR,
+} from "./source/kubeconfig.ts";
 import type { Config, PortRange, ProxyMode } from "../config/types.ts";
 import { modeOf, programsOf, PROXY_MODES } from "../../backends/registry.ts";
 
@@ -160,8 +165,8 @@ export function permissionInputFor(config: Config, env: PermissionEnvironment): 
       read.push(config.kubeconfig);
       const kubeconfig = parseKubeconfig(env.readTextFile(config.kubeconfig), config.kubeconfig);
       if (config.master === "") {
-        const server = kubeconfig.cluster.server;
-        if (typeof server !== "string" || server === "") {
+        const server = kubeconfigServer(kubeconfig);
+        if (server === "") {
           throw new Error(
             `Cannot find the apiserver in kubeconfig "${config.kubeconfig}": no cluster server`,
           );

@@ -145,9 +145,6 @@ export class Proxier {
       this.#metrics.shadowedFrontends.set(labels, n)
     );
     this.#lastDriftCheckAt = this.#clock.now();
-    // The initial sync is pending from the start: a proxy that never gets a
-    // complete list turns unhealthy after the health timeout.
-    this.#health.queuedUpdate();
   }
 
   /** Full resyncs forced by drift since start. */

@@ -15,7 +15,11 @@
  * checksums match. With `--rootfs DIR` it writes the three trees to `DIR/{os,deno,kproxy}`
  * instead of an archive (the Containerfile copies them).
  *
- * Usage: deno task image [--output FILE] [--rootfs DIR] [--deno-binary PATH] [--cache DIR]
+ * Usage: deno task image [--name REGISTRY/kproxy:TAG] [--output FILE] [--rootfs DIR]
+ *   [--deno-binary PATH] [--cache DIR]
+ *
+ * `--name` names the image in the archive (default `localhost/kproxy:<version>`); push it with
+ * `skopeo copy oci-archive:ARCHIVE docker://REGISTRY/kproxy:TAG`.
  *
  * @module
  */
@@ -117,11 +121,46 @@ export const OS_DIRS: readonly string[] = [
   "/tmp",
   "/root",
   "/etc/kproxy",
-  "/usr/lib/modules",
   "/var/lib/kproxy",
 ];
 
 const REPO = new URL("../../", import.meta.url).pathname;
+
+/** A repository path component, as the OCI distribution spec's grammar. */
+const REPOSITORY_COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
+/** A registry host, optionally with a port. */
+const REGISTRY_HOST = /^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?$/;
+const TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+
+/**
+ * Splits `--name REGISTRY/REPOSITORY:TAG` into the repository and the tag the
+ * archive records (`docker load`, `podman load` and `ctr import` register the
+ * image under it).
+ *
+ * @throws {TypeError} naming what is wrong: no tag, a digest, a bad repository or tag
+ */
+export function parseImageName(name: string): { repository: string; tag: string } {
+  const fail = (why: string) => new TypeError(`Cannot parse --name "${name}": ${why}`);
+  if (name.includes("@")) throw fail("a digest names pushed content, give REPOSITORY:TAG");
+  const colon = name.lastIndexOf(":");
+  if (colon < 0 || colon < name.lastIndexOf("/")) throw fail("no tag (REPOSITORY:TAG)");
+  const repository = name.slice(0, colon);
+  const tag = name.slice(colon + 1);
+  if (!TAG.test(tag)) throw fail(`tag "${tag}" is not 1-128 of [A-Za-z0-9_.-]`);
+  const components = repository.split("/");
+  const host = components.length > 1 && /[.:]|^localhost$/.test(components[0]!)
+    ? components.shift()!
+    : undefined;
+  if (host !== undefined && !REGISTRY_HOST.test(host)) {
+    throw fail(`registry "${host}" is not a host[:port]`);
+  }
+  for (const component of components) {
+    if (!REPOSITORY_COMPONENT.test(component)) {
+      throw fail(`repository component "${component}" is not lowercase [a-z0-9._-]`);
+    }
+  }
+  return { repository, tag };
+}
 
 /** The image's tag: deno.json's version. */
 export async function imageTag(): Promise<string> {
@@ -211,12 +250,14 @@ export interface BuildOptions {
   denoBinary?: string;
   /** Download cache. @default {"$XDG_CACHE_HOME/kproxy/image", else "~/.cache/kproxy/image"} */
   cache?: string;
+  /** The image's name, `REGISTRY/REPOSITORY:TAG`. @default {"localhost/kproxy:<version>"} */
+  name?: string;
   log?: (line: string) => void;
 }
 
 /** What {@linkcode buildImage} made. */
 export interface BuildResult {
-  /** `localhost/kproxy:<version>`. */
+  /** `localhost/kproxy:<version>`, or the `name` given. */
   reference: string;
   /** The archive written, undefined with `rootfs`. */
   archive?: string;
@@ -232,8 +273,11 @@ export async function buildImage(options: BuildOptions = {}): Promise<BuildResul
   const log = options.log ?? ((line: string) => {
     console.error(`image: [${((performance.now() - started) / 1000).toFixed(1)} s] ${line}`);
   });
-  const tag = await imageTag();
-  const reference = `${IMAGE_REPOSITORY}:${tag}`;
+  const version = await imageTag();
+  const { repository, tag } = options.name === undefined
+    ? { repository: IMAGE_REPOSITORY, tag: version }
+    : parseImageName(options.name);
+  const reference = `${repository}:${tag}`;
   const cache = options.cache ?? defaultCacheDir();
   const workDir = await Deno.makeTempDir({ prefix: "kproxy-image-" });
   try {
@@ -272,16 +316,16 @@ export async function buildImage(options: BuildOptions = {}): Promise<BuildResul
       log(`layer trees written to ${options.rootfs}/{os,deno,kproxy}`);
       return { reference, packages };
     }
-    const archive = options.output ?? join(REPO, `dist/kproxy-image-${tag}.tar`);
+    const archive = options.output ?? join(REPO, `dist/kproxy-image-${version}.tar`);
     await Deno.mkdir(join(archive, ".."), { recursive: true });
     log("writing layers");
     const documents = await writeImageArchive({
-      identity: { repository: IMAGE_REPOSITORY, tag, epoch: await sourceDateEpoch() },
-      settings: { ...IMAGE_SETTINGS, labels: imageLabels(tag) },
+      identity: { repository, tag, epoch: await sourceDateEpoch() },
+      settings: { ...IMAGE_SETTINGS, labels: imageLabels(version) },
       layers: [
         { root: layers.os, comment: `Debian 12: ${packages.join(", ")}` },
         { root: layers.deno, comment: `Deno ${DENO_VERSION} (npm @deno/linux-x64-glibc)` },
-        { root: layers.kproxy, comment: `kproxy ${tag}` },
+        { root: layers.kproxy, comment: `kproxy ${version}` },
       ],
       output: archive,
       workDir,
@@ -302,10 +346,12 @@ if (import.meta.main) {
       rootfs: { type: "string" },
       "deno-binary": { type: "string" },
       cache: { type: "string" },
+      name: { type: "string" },
     },
   });
   try {
     await buildImage({
+      name: values.name,
       output: values.output,
       rootfs: values.rootfs,
       denoBinary: values["deno-binary"],

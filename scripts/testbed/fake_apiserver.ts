@@ -20,7 +20,9 @@
  * lines (`{"type":"ADDED","object":{...}}`). A watch from a compacted RV gets
  * an `ERROR` event with code 410. `labelSelector` supports `key`, `!key`,
  * `key=value` and `key!=value` terms; `fieldSelector` supports
- * `metadata.name=NAME` and `metadata.namespace=NS`.
+ * `metadata.name=NAME` and `metadata.namespace=NS`. Events POSTed to
+ * `/apis/events.k8s.io/v1/namespaces/NS/events` are kept in
+ * {@linkcode FakeApiServer.events}.
  *
  * Objects and resource versions survive {@linkcode FakeApiServer.restart}, as
  * they would with etcd behind a real apiserver.
@@ -118,7 +120,12 @@ export interface FakeApiServerOptions {
    * @default plain HTTP
    */
   tls?: { cert: string; key: string; ca: string };
+  /** Answer event creations with this status instead of storing them. @default {undefined} */
+  refuseEvents?: number;
 }
+
+/** Where events.k8s.io/v1 Events are created: `/apis/events.k8s.io/v1/namespaces/NS/events`. */
+const EVENTS_PATH = /^\/apis\/events\.k8s\.io\/v1\/namespaces\/([^/]+)\/events$/;
 
 const encoder = new TextEncoder();
 
@@ -205,11 +212,15 @@ export class FakeApiServer {
   #delayMs = 0;
   /** Every request received, oldest first. */
   readonly requests: RecordedRequest[] = [];
+  /** The events.k8s.io/v1 Events created, oldest first. */
+  readonly events: ApiObject[] = [];
+  readonly #refuseEvents?: number;
 
   private constructor(options: FakeApiServerOptions) {
     this.#port = options.port ?? 0;
     this.#missing = new Set(options.missing ?? []);
     this.#tls = options.tls;
+    this.#refuseEvents = options.refuseEvents;
   }
 
   /** Starts a fake apiserver on 127.0.0.1. */
@@ -497,6 +508,10 @@ export class FakeApiServer {
         status(this.#failures.status, "InternalError", "injected failure"),
       );
     }
+    const eventsIn = EVENTS_PATH.exec(url.pathname)?.[1];
+    if (eventsIn !== undefined && request.method === "POST") {
+      return await this.#createEvent(eventsIn, request);
+    }
     const resource = (Object.keys(RESOURCE_PATHS) as Resource[]).find((r) =>
       RESOURCE_PATHS[r] === url.pathname
     );
@@ -511,6 +526,27 @@ export class FakeApiServer {
       return this.#watch(resource, selector, params);
     }
     return this.#list(resource, params);
+  }
+
+  /** Stores an Event created in `namespace` (201), or refuses it as configured. */
+  async #createEvent(namespace: string, request: Request): Promise<Response> {
+    if (this.#refuseEvents !== undefined) {
+      return jsonResponse(
+        this.#refuseEvents,
+        status(this.#refuseEvents, "Forbidden", "events.events.k8s.io is forbidden"),
+      );
+    }
+    let event: ApiObject;
+    try {
+      event = await request.json();
+    } catch {
+      return jsonResponse(400, status(400, "BadRequest", "the body is not JSON"));
+    }
+    if (event?.metadata?.namespace !== namespace) {
+      return jsonResponse(400, status(400, "BadRequest", "the namespace does not match the path"));
+    }
+    this.events.push(event);
+    return jsonResponse(201, event);
   }
 
   /** Serves a list, in pages when `limit` is set (continue tokens carry the list's RV and offset). */

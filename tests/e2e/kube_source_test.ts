@@ -9,6 +9,7 @@ import {
   writeKubeconfig,
 } from "../../scripts/testbed/fake_apiserver.ts";
 import { testCertificates } from "../../scripts/testbed/tls.ts";
+import { withLogRecords } from "../support/logs.ts";
 
 function service(name: string, extra: ApiObject = {}): ApiObject {
   return {
@@ -38,7 +39,12 @@ interface Harness {
 async function withSource(
   setup: (server: FakeApiServer) => void,
   body: (h: Harness) => Promise<void>,
-  options: { server?: FakeApiServerOptions; source?: Partial<KubeSourceOptions> } = {},
+  options: {
+    server?: FakeApiServerOptions;
+    source?: Partial<KubeSourceOptions>;
+    /** Record the Starting event as `kproxy` does at start. */
+    recordStarting?: boolean;
+  } = {},
 ) {
   const server = await FakeApiServer.start(options.server);
   const kubeconfig = await writeKubeconfig(server);
@@ -58,6 +64,8 @@ async function withSource(
       ...options.source,
     });
     running = source.start((event) => events.push(event), controller.signal);
+    const recording = options.recordStarting ? source.recordStarting(controller.signal) : undefined;
+    running = Promise.all([running, recording]).then(() => undefined);
     const seen = () => events.map(describe);
     const until = async (predicate: () => boolean, what: string, timeoutMs = 3000) => {
       const deadline = Date.now() + timeoutMs;
@@ -96,6 +104,76 @@ function fillCluster(server: FakeApiServer) {
     spec: { cidrs: ["10.96.0.0/16"] },
   });
 }
+
+Deno.test("KubeSource.start() lists and watches only this node's Node, as kube-proxy", async () => {
+  await withSource((server) => {
+    fillCluster(server);
+    server.create("nodes", { metadata: { name: "node-b" } });
+  }, async ({ server, seen, until, saw }) => {
+    await until(() => seen().includes("synced"), "synced");
+    await until(() => server.openWatches("nodes") === 1, "the Node watch");
+    const requests = server.requestsFor("nodes");
+    assert.ok(requests.length >= 2, JSON.stringify(requests));
+    for (const request of requests) {
+      assert.equal(request.params.fieldSelector, "metadata.name=node-a", JSON.stringify(request));
+    }
+    assert.ok(!seen().includes("upsert Node node-b"), JSON.stringify(seen()));
+    const mark = seen().length;
+    server.update("nodes", { metadata: { name: "node-b", labels: { changed: "yes" } } });
+    server.update("nodes", { metadata: { name: "node-a", labels: { changed: "yes" } } });
+    await saw("upsert Node node-a", mark);
+    assert.ok(!seen().slice(mark).includes("upsert Node node-b"), JSON.stringify(seen()));
+  });
+});
+
+Deno.test("KubeSource.recordStarting() creates kube-proxy's Starting event on this Node", async () => {
+  await withSource(fillCluster, async ({ server, until }) => {
+    await until(() => server.events.length === 1, "the Starting event");
+    const [request] = server.requests.filter((r) => r.method === "POST");
+    assert.equal(request?.path, "/apis/events.k8s.io/v1/namespaces/default/events");
+    assert.equal(request?.authorization, "Bearer fake-token");
+    const event = server.events[0]!;
+    assert.equal(event.apiVersion, "events.k8s.io/v1");
+    assert.equal(event.kind, "Event");
+    assert.match(event.metadata.name, /^node-a\.[0-9a-f]+$/);
+    assert.equal(event.metadata.namespace, "default");
+    assert.match(event.eventTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+    assert.deepEqual(
+      {
+        reason: event.reason,
+        action: event.action,
+        type: event.type,
+        note: event.note,
+        regarding: event.regarding,
+        reportingController: event.reportingController,
+      },
+      {
+        reason: "Starting",
+        action: "StartKubeProxy",
+        type: "Normal",
+        note: "",
+        regarding: { apiVersion: "v1", kind: "Node", name: "node-a" },
+        reportingController: "kproxy",
+      },
+    );
+    assert.match(event.reportingInstance, /^kproxy-.+/);
+  }, { recordStarting: true });
+});
+
+Deno.test("KubeSource.recordStarting() is best effort: a refused event neither blocks nor fails the start", async () => {
+  await withLogRecords(["kproxy", "source"], async (records) => {
+    await withSource(fillCluster, async ({ server, seen, until }) => {
+      await until(() => seen().includes("synced"), "synced");
+      await until(
+        () => records.some((r) => String(r.message.join("")).includes("Starting event")),
+        "the log of the refused event",
+      );
+      assert.equal(server.events.length, 0);
+      const logged = records.find((r) => String(r.message.join("")).includes("Starting event"));
+      assert.equal(logged?.level, "info");
+    }, { recordStarting: true, server: { refuseEvents: 403 } });
+  });
+});
 
 Deno.test("KubeSource.start() lists every kind, then reports synced once", async () => {
   await withSource(fillCluster, async ({ server, seen, until, events }) => {
@@ -172,11 +250,12 @@ Deno.test("KubeSource reports creates, updates and deletes from the watch", asyn
 });
 
 Deno.test("KubeSource re-watches from the resourceVersion of a bookmark", async () => {
-  await withSource(fillCluster, async ({ server, until, saw }) => {
+  await withSource(fillCluster, async ({ server, seen, until, saw }) => {
     await saw("synced");
     await until(() => server.openWatches("services") === 1, "services watch");
-    server.create("nodes", { metadata: { name: "node-b" } });
-    await saw("upsert Node node-b");
+    const mark = seen().length;
+    server.update("nodes", { metadata: { name: "node-a", labels: { moved: "yes" } } });
+    await saw("upsert Node node-a", mark);
     const bookmarkRV = server.resourceVersion;
     server.bookmark("services");
     await new Promise((r) => setTimeout(r, 50));

@@ -116,17 +116,34 @@ async function ctrImport(archive: string, dir: string): Promise<string[]> {
   }
 }
 
-/** The DaemonSet's kproxy container and the ConfigMap's config.yaml. */
-async function deployment(): Promise<{ container: Doc; configYaml: string }> {
+/** The DaemonSet's kproxy container, where it mounts the ConfigMap, and the ConfigMap's files. */
+async function deployment(): Promise<
+  { container: Doc; configDir: string; configFiles: Record<string, string> }
+> {
   const read = async (file: string) =>
     parseAllDocuments(await Deno.readTextFile(join(REPO, "scripts/deploy", file)))
       .map((doc) => doc.toJS() as Doc);
   const [daemonSet] = await read("daemonset.yaml");
   const [configMap] = await read("configmap.yaml");
-  return {
-    container: daemonSet!.spec.template.spec.containers[0],
-    configYaml: configMap!.data["config.yaml"],
-  };
+  const pod = daemonSet!.spec.template.spec;
+  const container = pod.containers[0];
+  const volume = pod.volumes.find((v: Doc) => v.configMap?.name === configMap!.metadata.name);
+  const mount = container.volumeMounts.find((m: Doc) => m.name === volume.name);
+  return { container, configDir: mount.mountPath, configFiles: configMap!.data };
+}
+
+/**
+ * Writes a service-account volume as the kubelet does: the files are links through `..data` to a
+ * timestamped directory, swapped atomically when the token rotates.
+ */
+async function writeServiceAccount(dir: string, files: Record<string, string>): Promise<void> {
+  const version = "..2026_01_01_00_00_00.000000001";
+  await Deno.mkdir(join(dir, version), { recursive: true });
+  for (const [name, text] of Object.entries(files)) {
+    await Deno.writeTextFile(join(dir, version, name), text);
+    await Deno.symlink(join("..data", name), join(dir, name));
+  }
+  await Deno.symlink(version, join(dir, "..data"));
 }
 
 /** Kubernetes' `$(VAR)` expansion of a container's command. */
@@ -211,10 +228,11 @@ async function startApiServer(
 ): Promise<{ port: number; process: Deno.ChildProcess }> {
   const tls = await testCertificates();
   if (!tls) throw new Error("Cannot make test certificates with openssl");
-  await Deno.mkdir(options.saDir, { recursive: true });
-  await Deno.writeTextFile(join(options.saDir, "token"), "image-test-token\n");
-  await Deno.writeTextFile(join(options.saDir, "ca.crt"), tls.ca);
-  await Deno.writeTextFile(join(options.saDir, "namespace"), "kube-system");
+  await writeServiceAccount(options.saDir, {
+    token: "image-test-token\n",
+    "ca.crt": tls.ca,
+    namespace: "kube-system",
+  });
   await Deno.writeTextFile(join(options.work, "server.pem"), tls.cert);
   await Deno.writeTextFile(join(options.work, "server.key"), tls.key);
   const process = new Deno.Command("ip", {
@@ -257,7 +275,7 @@ async function httpStatus(ns: string, url: string): Promise<number> {
 
 Deno.test({
   name: "deno task image: the archive loads with ctr and podman, and the DaemonSet's container, " +
-    "in-cluster, programs rules real traffic takes",
+    "through its kubeconfig, programs rules real traffic takes",
   ignore: skipReason !== undefined,
   sanitizeOps: false,
   sanitizeResources: false,
@@ -336,17 +354,26 @@ Deno.test({
       const saDir = join(work, "serviceaccount");
       const started = await startApiServer({ ns: topology.node, work, saDir });
       apiserver = started.process;
-      const { container: spec, configYaml } = await deployment();
-      await Deno.mkdir(join(work, "etc-kproxy"));
-      await Deno.writeTextFile(join(work, "etc-kproxy/config.yaml"), configYaml);
+      const { container: spec, configDir, configFiles } = await deployment();
+      // The ConfigMap as the operator applies it: the control plane's endpoint (here the fake
+      // on the node namespace's loopback) written over the placeholder.
+      const endpoint = `127.0.0.1:${started.port}`;
+      await Deno.mkdir(join(work, "config"));
+      for (const [name, text] of Object.entries(configFiles)) {
+        await Deno.writeTextFile(
+          join(work, "config", name),
+          text.replace("CONTROL_PLANE_ENDPOINT:6443", endpoint),
+        );
+      }
       await Deno.writeTextFile(join(work, "xtables.lock"), "");
-      await Deno.mkdir(join(work, "lib-modules"));
-      // In the pod: the node name from the downward API, the apiserver's service address (here
-      // the fake on the node namespace's loopback) and the service account.
+      // In the pod: the node name from the downward API, the service account, and the
+      // kubelet's in-cluster variables naming the kubernetes Service, which nothing serves
+      // on a node whose proxy has not started: kproxy must not need them.
+      const serviceHost = { ip: "10.96.0.1", port: 443 };
       const env = {
         NODE_NAME: "node-a",
-        KUBERNETES_SERVICE_HOST: "127.0.0.1",
-        KUBERNETES_SERVICE_PORT: String(started.port),
+        KUBERNETES_SERVICE_HOST: serviceHost.ip,
+        KUBERNETES_SERVICE_PORT: String(serviceHost.port),
       };
       const args = spec.command.map((arg: string) => expand(arg, env));
       const security = spec.securityContext;
@@ -359,14 +386,13 @@ Deno.test({
           readonlyRoot: security.readOnlyRootFilesystem,
           netns: topology.node,
           mounts: [
-            { source: join(work, "etc-kproxy"), destination: "/etc/kproxy", readonly: true },
+            { source: join(work, "config"), destination: configDir, readonly: true },
             { source: saDir, destination: SERVICE_ACCOUNT_DIR, readonly: true },
             {
               source: join(work, "xtables.lock"),
               destination: "/run/xtables.lock",
               readonly: false,
             },
-            { source: join(work, "lib-modules"), destination: "/lib/modules", readonly: true },
           ],
         })),
       );
@@ -412,8 +438,17 @@ Deno.test({
           assert.ok(cmdline.some((arg) => arg.startsWith("--allow-run=conntrack,")));
           const allowed = (flag: string) =>
             cmdline.find((arg) => arg.startsWith(`--allow-${flag}=`))?.split("=")[1]?.split(",");
-          assert.ok(allowed("net")?.includes(`127.0.0.1:${started.port}`), cmdline.join(" "));
-          assert.ok(allowed("read")?.includes(SERVICE_ACCOUNT_DIR), cmdline.join(" "));
+          assert.ok(allowed("net")?.includes(endpoint), cmdline.join(" "));
+          assert.ok(
+            !allowed("net")?.includes(`${serviceHost.ip}:${serviceHost.port}`),
+            cmdline.join(" "),
+          );
+          for (const file of ["token", "ca.crt"]) {
+            assert.ok(
+              allowed("read")?.includes(`${SERVICE_ACCOUNT_DIR}/${file}`),
+              cmdline.join(" "),
+            );
+          }
           assert.ok(!cmdline.includes("--allow-all") && !cmdline.includes("-A"));
           const status = await proc("status");
           // CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.

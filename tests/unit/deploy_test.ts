@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { parseAllDocuments } from "yaml";
 import { IMAGE_REPOSITORY, IMAGE_SETTINGS, imageTag } from "../../scripts/image/build.ts";
+import { parseCommandLine } from "../../lib/config/command_line.ts";
+import { permissionInputFor } from "../../lib/shell/permissions.ts";
+import { SERVICE_ACCOUNT_DIR } from "../../lib/shell/source/kubeconfig.ts";
 
 const DEPLOY = new URL("../../scripts/deploy/", import.meta.url);
 const SYSTEMD = new URL("../../scripts/systemd/", import.meta.url);
@@ -59,17 +62,102 @@ Deno.test("DaemonSet probes liveness on /livez and readiness on /healthz", async
   assert.equal(container.livenessProbe.httpGet.port, 10256);
 });
 
-Deno.test("DaemonSet mounts the xtables lock and kernel modules", async () => {
+Deno.test("DaemonSet mounts the xtables lock and no host directory a node may lack", async () => {
   const ds = byKind(await readManifests(), "DaemonSet");
   const pod = ds.spec.template.spec;
-  const paths = pod.volumes.filter((v: Doc) => v.hostPath).map((v: Doc) => v.hostPath.path);
-  assert.deepEqual(paths.sort(), ["/lib/modules", "/run/xtables.lock"]);
+  const hostPaths = pod.volumes.filter((v: Doc) => v.hostPath).map((v: Doc) => v.hostPath);
+  // kube-proxy mounts /lib/modules for the modprobe in its image; kproxy's image has none and
+  // kproxy reads nothing there, and a `Directory` hostPath keeps the pod in ContainerCreating
+  // on a host without /lib/modules.
+  assert.deepEqual(hostPaths, [{ path: "/run/xtables.lock", type: "FileOrCreate" }]);
   const mounts = pod.containers[0].volumeMounts.map((m: Doc) => m.mountPath);
   assert.ok(mounts.includes("/run/xtables.lock"));
-  assert.ok(mounts.includes("/lib/modules"));
 });
 
-Deno.test("ClusterRole grants only list/watch on the watched resources and event writes", async () => {
+Deno.test("DaemonSet resolves names with the node's resolver, not through a Service it programs", async () => {
+  const pod = byKind(await readManifests(), "DaemonSet").spec.template.spec;
+  // kubeadm's kube-proxy DaemonSet sets none: ClusterFirst, which on the host network is the
+  // node's own resolv.conf.
+  assert.ok(
+    pod.dnsPolicy === undefined || pod.dnsPolicy === "ClusterFirst" || pod.dnsPolicy === "Default",
+    `dnsPolicy ${pod.dnsPolicy}`,
+  );
+});
+
+/** The kproxy Config the DaemonSet's command line and ConfigMap give, files read from the ConfigMap. */
+async function shippedConfig(docs: Doc[]) {
+  const ds = byKind(docs, "DaemonSet");
+  const pod = ds.spec.template.spec;
+  const [container] = pod.containers;
+  const cm = byKind(docs, "ConfigMap");
+  const configVolume = pod.volumes.find((v: Doc) => v.configMap?.name === cm.metadata.name);
+  assert.ok(configVolume, "no volume of kproxy's ConfigMap");
+  const mount = container.volumeMounts.find((m: Doc) => m.name === configVolume.name);
+  const files = new Map<string, string>(
+    Object.entries(cm.data as Record<string, string>).map(([key, text]) => [
+      `${mount.mountPath}/${key}`,
+      text,
+    ]),
+  );
+  const readTextFile = (path: string) => {
+    const text = files.get(path);
+    if (text === undefined) throw new Deno.errors.NotFound(path);
+    return text;
+  };
+  const argv = container.command.slice(1).map((arg: string) =>
+    arg.replace("$(NODE_NAME)", "node-a")
+  );
+  const { config } = parseCommandLine(argv, { readTextFile, hostname: () => "node-a" });
+  return { config, readTextFile, files };
+}
+
+Deno.test("DaemonSet reaches the apiserver through its ConfigMap's kubeconfig, never a Service IP", async () => {
+  const docs = await readManifests();
+  const { config, readTextFile } = await shippedConfig(docs);
+  assert.match(config.kubeconfig, /kubeconfig\.conf$/);
+  const kubeconfig = parseAllDocuments(readTextFile(config.kubeconfig))[0]!.toJS();
+  const cluster = kubeconfig.clusters[0].cluster;
+  assert.equal(cluster.server, "https://CONTROL_PLANE_ENDPOINT:6443");
+  assert.equal(cluster["certificate-authority"], `${SERVICE_ACCOUNT_DIR}/ca.crt`);
+  assert.equal(kubeconfig.users[0].user.tokenFile, `${SERVICE_ACCOUNT_DIR}/token`);
+  // What the image's launcher grants: the kubeconfig's server and files, not the
+  // kubernetes Service's cluster IP the kubelet puts in the environment.
+  const env: Record<string, string> = {
+    KUBERNETES_SERVICE_HOST: "10.96.0.1",
+    KUBERNETES_SERVICE_PORT: "443",
+  };
+  assert.throws(
+    () => permissionInputFor(config, { readTextFile, getEnv: (name) => env[name] }),
+    /server is still the placeholder https:\/\/CONTROL_PLANE_ENDPOINT:6443/,
+  );
+  const filled = (path: string) =>
+    readTextFile(path).replace("CONTROL_PLANE_ENDPOINT", "api.cluster.example");
+  const input = permissionInputFor(config, {
+    readTextFile: filled,
+    getEnv: (name) => env[name],
+  });
+  assert.deepEqual(input.apiservers, ["api.cluster.example:6443"]);
+  for (
+    const file of [
+      config.kubeconfig,
+      `${SERVICE_ACCOUNT_DIR}/ca.crt`,
+      `${SERVICE_ACCOUNT_DIR}/token`,
+    ]
+  ) {
+    assert.ok(input.read.includes(file), `${file} is not granted: ${input.read}`);
+  }
+});
+
+Deno.test("deploy README says how to fill the endpoint or reuse kubeadm's kube-proxy kubeconfig", async () => {
+  for (const file of [new URL("README.md", DEPLOY), new URL("../../README.md", DEPLOY)]) {
+    const text = await Deno.readTextFile(file);
+    assert.match(text, /CONTROL_PLANE_ENDPOINT/, file.pathname);
+    assert.match(text, /kubeconfig\.conf/, file.pathname);
+    assert.match(text, /configMap:\s*\n\s*name: kube-proxy/, file.pathname);
+  }
+});
+
+Deno.test("ClusterRole grants only list/watch on the watched resources and the one event create", async () => {
   const role = byKind(await readManifests(), "ClusterRole");
   const granted = new Map<string, string[]>();
   for (const rule of role.rules) {
@@ -78,7 +166,11 @@ Deno.test("ClusterRole grants only list/watch on the watched resources and event
   for (const resource of ["services", "endpointslices", "nodes", "servicecidrs"]) {
     assert.deepEqual(granted.get(resource), ["list", "watch"], resource);
   }
-  assert.ok(granted.get("events")?.includes("create"));
+  // The one event kproxy writes: Starting, created through events.k8s.io/v1.
+  const events = role.rules.filter((rule: Doc) => rule.resources.includes("events"));
+  assert.deepEqual(events, [
+    { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
+  ]);
   assert.deepEqual([...granted.keys()].sort(), [
     "endpointslices",
     "events",

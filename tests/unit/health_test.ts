@@ -29,8 +29,11 @@ function manualClock() {
   };
 }
 
+/** A ProxyHealth whose Node is known and not being deleted. */
 function newHealth(clock = manualClock()): ProxyHealth {
-  return new ProxyHealth({ healthTimeoutMs: 2 * SYNC_PERIOD_MS, clock });
+  const health = new ProxyHealth({ healthTimeoutMs: 2 * SYNC_PERIOD_MS, clock });
+  health.setNodeDeleting(false);
+  return health;
 }
 
 Deno.test("ProxyHealth.status() follows queued and applied updates", async (t) => {
@@ -126,6 +129,20 @@ Deno.test("formatGoTime() writes RFC 3339 in UTC as Go marshals time.Time", () =
   assert.equal(formatGoTime(T0), "2026-01-01T00:00:00Z");
   assert.equal(formatGoTime(T0 + 1), "2026-01-01T00:00:00.001Z");
   assert.equal(formatGoTime(T0 + 120), "2026-01-01T00:00:00.12Z");
+});
+
+Deno.test("handleHealthRequest() fails /healthz but not /livez until the Node is known, as kube-proxy", async () => {
+  const health = new ProxyHealth({ healthTimeoutMs: 2 * SYNC_PERIOD_MS, clock: manualClock() });
+  const healthz = handleHealthRequest(new Request("http://x/healthz"), { health });
+  assert.equal(healthz.status, 503);
+  assert.equal((await healthz.json()).nodeEligible, false);
+  const livez = handleHealthRequest(new Request("http://x/livez"), { health });
+  assert.equal(livez.status, 200);
+  await livez.body?.cancel();
+  health.setNodeDeleting(false);
+  const known = handleHealthRequest(new Request("http://x/healthz"), { health });
+  assert.equal(known.status, 200);
+  await known.body?.cancel();
 });
 
 Deno.test("handleHealthRequest() fails /healthz but not /livez while the node is deleting", async () => {

@@ -6,6 +6,7 @@ import {
   IMAGE_SETTINGS,
   imageLabels,
   imageTag,
+  parseImageName,
 } from "../../scripts/image/build.ts";
 import {
   parseDebFileName,
@@ -231,5 +232,38 @@ Deno.test("writeImageArchive() writes the same bytes for the same trees, whateve
     assert.equal(digests[0], digests[1]);
   } finally {
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("parseImageName() reads --name REGISTRY/REPOSITORY:TAG, naming what is wrong", async (t) => {
+  const ok: [string, { repository: string; tag: string }][] = [
+    ["registry.example.com/kproxy:0.1.0", {
+      repository: "registry.example.com/kproxy",
+      tag: "0.1.0",
+    }],
+    ["registry.example.com:5000/infra/kproxy:v1", {
+      repository: "registry.example.com:5000/infra/kproxy",
+      tag: "v1",
+    }],
+    ["localhost/kproxy:0.1.0", { repository: "localhost/kproxy", tag: "0.1.0" }],
+  ];
+  for (const [name, want] of ok) {
+    await t.step(name, () => assert.deepEqual(parseImageName(name), want));
+  }
+  const bad: [string, RegExp][] = [
+    ["registry.example.com/kproxy", /no tag/],
+    ["registry.example.com:5000/kproxy", /no tag/],
+    ["registry.example.com/KProxy:1", /repository/],
+    ["registry.example.com/kproxy:", /tag/],
+    ["registry.example.com/kproxy@sha256:abc", /digest/],
+  ];
+  for (const [name, error] of bad) {
+    await t.step(`refuses ${name}`, () => {
+      assert.throws(() => parseImageName(name), (e: Error) => {
+        assert.match(e.message, /^Cannot parse --name "/);
+        assert.match(e.message, error);
+        return true;
+      });
+    });
   }
 });

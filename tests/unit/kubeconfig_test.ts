@@ -175,6 +175,11 @@ const errors: { name: string; config: string; files?: Record<string, string>; er
     error: /not a kubeconfig/,
   },
   {
+    name: "the shipped ConfigMap's placeholder server left in",
+    config: kubeconfig({ server: "https://CONTROL_PLANE_ENDPOINT:6443" }, { token: "t" }),
+    error: /cluster "k" server is still the placeholder https:\/\/CONTROL_PLANE_ENDPOINT:6443/,
+  },
+  {
     name: "no server anywhere",
     config: kubeconfig({}),
     error: /Cannot configure the apiserver client/,

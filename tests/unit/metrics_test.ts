@@ -209,6 +209,7 @@ Deno.test("registerProcessMetrics() reads this Deno process by default", async (
 Deno.test("startMetricsServer() serves /metrics, /healthz and /livez", async () => {
   const metrics = new ProxyMetrics();
   const health = new ProxyHealth({ healthTimeoutMs: 60_000 });
+  health.setNodeDeleting(false);
   metrics.syncFailuresTotal.inc({ mode: "nftables" });
   const server = startMetricsServer({
     address: "127.0.0.1:0",

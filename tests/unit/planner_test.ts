@@ -1183,27 +1183,17 @@ Deno.test("planNode() replans everything on a global change", () => {
   assert.equal(changedServicePortIds(previous.ipv4, next.ipv4).size, 0);
 });
 
-Deno.test("planNode() incrementally replans topologyKeys services, which depend on other nodes", () => {
+Deno.test("planNode() takes another node's zone for topologyKeys from the slice, not its Node", () => {
   const services = [service({ name: "t", topologyKeys: [ZONE_LABEL, "*"] })];
   const slices = [slice({ service: "t", endpoints: [REMOTE_1, REMOTE_2] })];
   const gates = { featureGates: { ServiceTopology: true } };
-  const nodesBefore = [
+  const nodes = [
     node({ name: THIS_NODE, labels: { [ZONE_LABEL]: "a" } }),
-    node({ name: "node-b", labels: { [ZONE_LABEL]: "b" } }),
+    node({ name: "node-b", labels: { [ZONE_LABEL]: "a" } }),
   ];
-  const nodesAfter = [nodesBefore[0]!, node({ name: "node-b", labels: { [ZONE_LABEL]: "a" } })];
-  const previous = planNode({
-    state: state({ services, slices, nodes: nodesBefore }),
-    options: options(gates),
-  });
-  assert.equal(only(previous).internal.endpoints.length, 2);
-  const next = planNode({
-    state: state({ services, slices, nodes: nodesAfter }),
-    options: options(gates),
-    previous,
-    changedServices: new Set(),
-  });
-  assert.deepEqual(ips(only(next).internal), ["10.244.1.5:8080"]);
+  const plans = planNode({ state: state({ services, slices, nodes }), options: options(gates) });
+  assert.equal(only(plans).internal.endpoints.length, 2);
+  assert.equal(only(plans).internal.reason, "ready endpoints, topologyKeys: *");
 });
 
 Deno.test("changedServicePortIds() compares rebuilt plans field by field", () => {

@@ -175,10 +175,21 @@ Deno.test("Proxier.sync() does nothing before the tracker is synced", async () =
   assert.equal(h.proxier.lastSynced, undefined);
 });
 
-Deno.test("Proxier turns unhealthy when the initial sync never happens", () => {
+Deno.test("Proxier stays live while the apiserver sends nothing, as kube-proxy", () => {
+  // kube-proxy queues an update only when an informer delivers one: a node that cannot reach
+  // the apiserver yet must not be restarted by its liveness probe.
   const h = setup();
+  h.clock.t += 10 * 60_000;
   assert.equal(h.health.status().healthy, true);
-  h.clock.t += 60_000;
+  assert.equal(h.health.status().nodeEligible, false, "the Node is not known yet");
+});
+
+Deno.test("Proxier turns unhealthy when listed changes wait 2 × syncPeriod for the initial sync", () => {
+  const h = setup();
+  h.proxier.onEvent({ type: "upsert", kind: "Service", object: {} });
+  h.clock.t += 59_999;
+  assert.equal(h.health.status().healthy, true);
+  h.clock.t += 1;
   assert.equal(h.health.status().healthy, false);
 });
 

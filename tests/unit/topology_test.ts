@@ -7,6 +7,7 @@ import {
   gateEnabled,
   selectTopologyEndpoints,
   type TopologyInput,
+  unservedTopologyKeys,
 } from "../../lib/core/topology.ts";
 
 // A cluster of six nodes over two regions and three zones:
@@ -85,7 +86,6 @@ function input(
     },
     nodeName: thisNode,
     nodeLabels: NODES.get(thisNode)?.labels ?? {},
-    nodes: NODES,
     featureGates,
   };
 }
@@ -359,11 +359,20 @@ const KEYS_CASES: KeysCase[] = [
     reason: /^topologyKeys: topology.kubernetes.io\/zone$/,
   },
   {
-    name: "002 Only Zonal or Regional Endpoints: no zonal endpoint, same region",
+    // kproxy watches only its own Node: another node's region is not in its EndpointSlice.
+    name: "002 Only Zonal or Regional Endpoints: another node's region is unknown, no endpoint",
     thisNode: "node-a1",
     topologyKeys: [ZONE, REGION],
     endpointNodes: ["node-b1", "node-c1", "node-c2"],
-    want: ["10.1.0.1"],
+    want: [],
+    reason: /^topologyKeys: no endpoint matches/,
+  },
+  {
+    name: "002 Only Regional Endpoints: an endpoint on this node has this node's region",
+    thisNode: "node-a1",
+    topologyKeys: [REGION],
+    endpointNodes: ["node-a2", "node-a1", "node-c1"],
+    want: ["10.1.0.2"],
     reason: /^topologyKeys: topology.kubernetes.io\/region$/,
   },
   {
@@ -391,12 +400,13 @@ const KEYS_CASES: KeysCase[] = [
     reason: /zone$/,
   },
   {
-    name: "002 Prefer Node Local, Zonal, then Regional Endpoints: regional",
+    name:
+      "002 Prefer Node Local, Zonal, then Regional Endpoints: regional is unknown, cluster wide",
     thisNode: "node-a1",
     topologyKeys: [HOST, ZONE, REGION, "*"],
     endpointNodes: ["node-c1", "node-b1"],
-    want: ["10.1.0.2"],
-    reason: /region$/,
+    want: ["10.1.0.1", "10.1.0.2"],
+    reason: /\*$/,
   },
   {
     name: "002 Prefer Node Local, Zonal, then Regional Endpoints: cluster wide",
@@ -478,6 +488,42 @@ Deno.test("selectTopologyEndpoints() topologyKeys: the zone of an unknown node c
   assert.deepEqual(ips(decision.endpoints), ["10.0.1.1"]);
 });
 
+Deno.test("selectTopologyEndpoints() topologyKeys: hostname and zone come from the EndpointSlice, not Node objects", () => {
+  const endpoints = [
+    ep({ ip: "10.0.1.1", node: "node-a2" }),
+    ep({ ip: "10.0.2.1", node: "node-b1" }),
+  ];
+  // No Node object of node-a2 or node-b1 is known: kproxy does not watch them.
+  const decision = selectTopologyEndpoints(
+    input("node-a1", endpoints, { topologyKeys: [ZONE] }, TOPOLOGY_GATE),
+  );
+  assert.deepEqual(ips(decision.endpoints), ["10.0.1.1"]);
+});
+
+Deno.test("selectTopologyEndpoints() topologyKeys: another node's other labels are unknown", () => {
+  const rack = (name: string): Node => ({
+    ...NODES.get(name)!,
+    labels: { ...NODES.get(name)!.labels, "example.com/rack": "r7" },
+  });
+  const endpoints = [
+    ep({ ip: "10.0.1.1", node: "node-a1" }),
+    ep({ ip: "10.0.1.2", node: "node-a2" }),
+  ];
+  const decision = selectTopologyEndpoints({
+    ...input("node-a1", endpoints, { topologyKeys: ["example.com/rack"] }, TOPOLOGY_GATE),
+    nodeLabels: rack("node-a1").labels,
+  });
+  assert.deepEqual(ips(decision.endpoints), ["10.0.1.1"]);
+});
+
+Deno.test("unservedTopologyKeys() names the keys only this node's endpoints can match", () => {
+  assert.deepEqual(unservedTopologyKeys([HOST, ZONE, "*"]), []);
+  assert.deepEqual(unservedTopologyKeys([HOST, REGION, "example.com/rack", "*"]), [
+    REGION,
+    "example.com/rack",
+  ]);
+});
+
 Deno.test("selectTopologyEndpoints() ignores hints for the serving-terminating fallback", () => {
   const decision = selectTopologyEndpoints({
     ...input("node-a1", preferCloseEndpoints()),
@@ -555,7 +601,6 @@ for (const c of POLICY_CASES) {
       topology: {
         nodeName: thisNode,
         nodeLabels: NODES.get(thisNode)!.labels,
-        nodes: NODES,
         featureGates: {},
       },
     });

@@ -232,27 +232,41 @@ Deno.test("Tracker reports globalChange for this node and ServiceCIDRs only", ()
   assert.equal(tracker.drain().globalChange, true);
 });
 
-Deno.test("Tracker marks topologyKeys services changed when their endpoints' node labels change", () => {
+Deno.test("Tracker ignores other nodes' label changes: topology takes their zone from slices", () => {
   const tracker = newTracker();
   tracker.apply(
     upsert("Service", svc("topo", { topologyKeys: ["topology.kubernetes.io/zone", "*"] })),
   );
-  tracker.apply(upsert("Service", svc("plain", { clusterIP: "10.96.0.13" })));
   tracker.apply(
     upsert("EndpointSlice", slice("topo-1", "topo", ["10.244.2.5"], { nodeName: "node-b" })),
   );
-  tracker.apply(
-    upsert("EndpointSlice", slice("plain-1", "plain", ["10.244.2.6"], { nodeName: "node-b" })),
-  );
   tracker.apply(upsert("Node", node("node-b", { "topology.kubernetes.io/zone": "zone-b" })));
   tracker.drain();
-  assert.equal(
-    tracker.apply(upsert("Node", node("node-b", { "topology.kubernetes.io/zone": "zone-c" }))),
-    true,
-  );
+  tracker.apply(upsert("Node", node("node-b", { "topology.kubernetes.io/zone": "zone-c" })));
   const change = tracker.drain();
-  assert.deepEqual([...change.changedServices], ["default/topo"]);
+  assert.deepEqual([...change.changedServices], []);
   assert.equal(change.globalChange, false);
+});
+
+Deno.test("Tracker warns once which topologyKeys only endpoints on this node can match", async () => {
+  await withLogRecords(["kproxy", "tracker"], (records) => {
+    const keys = ["kubernetes.io/hostname", "topology.kubernetes.io/region", "*"];
+    const gated = new Tracker({
+      nodeName: "node-a",
+      clock: { now: () => 0 },
+      featureGates: { ServiceTopology: true },
+    });
+    gated.apply(upsert("Service", svc("topo", { topologyKeys: keys })));
+    gated.apply(upsert("Service", svc("topo", { topologyKeys: keys, clusterIP: "10.96.0.14" })));
+    gated.apply(upsert("Service", svc("zonal", { topologyKeys: ["topology.kubernetes.io/zone"] })));
+    newTracker().apply(upsert("Service", svc("off", { topologyKeys: keys })));
+    assert.equal(records.length, 1);
+    assert.equal(records[0]?.level, "warning");
+    assert.deepEqual(records[0]?.properties, {
+      key: "default/topo",
+      keys: ["topology.kubernetes.io/region"],
+    });
+  });
 });
 
 Deno.test("Tracker.drain() reports oldestChangeAt of the earliest effective change", () => {

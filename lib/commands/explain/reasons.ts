@@ -17,6 +17,7 @@ import {
   selectTopologyEndpoints,
   SERVICE_TOPOLOGY_GATE,
   type TopologyDecision,
+  unservedTopologyKeys,
   usesTopologyKeys,
 } from "../../core/topology.ts";
 import { type ModeDescriptor, modeOf, PROXY_MODES } from "../../../backends/registry.ts";
@@ -419,7 +420,6 @@ function exclusionReasons(
       service,
       nodeName: ctx.nodeName,
       nodeLabels: ctx.nodeLabels,
-      nodes: ctx.state.nodes,
       featureGates: ctx.options.featureGates,
     });
   }
@@ -470,14 +470,16 @@ function topologyReason(
   }
   const key = reason.replace(/^topologyKeys: /, "");
   const mine = labelOf(ctx.nodeLabels, ctx.nodeName, "", key);
+  const onThisNode = c.endpoint.nodeName === ctx.nodeName;
   const theirs = labelOf(
-    ctx.state.nodes.get(c.endpoint.nodeName)?.labels ?? {},
+    onThisNode ? ctx.nodeLabels : {},
     c.endpoint.nodeName,
     c.endpoint.zone,
     key,
   );
+  const unknown = !onThisNode && unservedTopologyKeys([key]).length > 0;
   return `not matching topologyKeys ${keys}: first matching key ${key}=${mine}, endpoint has ${
-    theirs ?? "none"
+    theirs ?? (unknown ? "unknown (another node's labels other than hostname and zone)" : "none")
   }`;
 }
 

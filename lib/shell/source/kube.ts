@@ -1,6 +1,6 @@
 /**
- * The apiserver source: list and watch Services, EndpointSlices, Nodes and
- * ServiceCIDRs, and report them as raw API JSON.
+ * The apiserver source: list and watch Services, EndpointSlices, this node's
+ * Node and ServiceCIDRs, and report them as raw API JSON.
  *
  * client-node's informers are not used: their typed deserializer drops
  * fields its model lacks (`spec.topologyKeys`), and they do not restart after
@@ -29,6 +29,7 @@ import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
 import { ListGarbage } from "../list_garbage.ts";
 import { ApiTransport } from "./transport.ts";
+import { recordStartingEvent } from "./events.ts";
 import { splitListPage } from "../../core/parse/list_page.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
@@ -42,34 +43,54 @@ interface ResourceSpec {
   apiVersion: string;
   path: string;
   labelSelector: string;
+  /** A field selector, "" for none. */
+  fieldSelector: string;
   /** Whether a 404 means "this cluster has no such API" (treated as empty). */
   optional: boolean;
 }
 
-const RESOURCES: readonly ResourceSpec[] = [
-  {
-    kind: "Service",
-    apiVersion: "v1",
-    path: "/api/v1/services",
-    labelSelector: PROXY_LABEL_SELECTOR,
-    optional: false,
-  },
-  {
-    kind: "EndpointSlice",
-    apiVersion: "discovery.k8s.io/v1",
-    path: "/apis/discovery.k8s.io/v1/endpointslices",
-    labelSelector: PROXY_LABEL_SELECTOR,
-    optional: false,
-  },
-  { kind: "Node", apiVersion: "v1", path: "/api/v1/nodes", labelSelector: "", optional: false },
-  {
-    kind: "ServiceCIDR",
-    apiVersion: "networking.k8s.io/v1",
-    path: "/apis/networking.k8s.io/v1/servicecidrs",
-    labelSelector: "",
-    optional: true,
-  },
-];
+/**
+ * What kproxy lists and watches on a node. Only this node's Node, as
+ * kube-proxy (`metadata.name=<node>`): a watch of every Node on every node
+ * costs the apiserver the square of the cluster's size. What topology needs
+ * of other nodes comes from the EndpointSlices (`nodeName`, `zone`).
+ */
+function resourcesFor(nodeName: string): ResourceSpec[] {
+  return [
+    {
+      kind: "Service",
+      apiVersion: "v1",
+      path: "/api/v1/services",
+      labelSelector: PROXY_LABEL_SELECTOR,
+      fieldSelector: "",
+      optional: false,
+    },
+    {
+      kind: "EndpointSlice",
+      apiVersion: "discovery.k8s.io/v1",
+      path: "/apis/discovery.k8s.io/v1/endpointslices",
+      labelSelector: PROXY_LABEL_SELECTOR,
+      fieldSelector: "",
+      optional: false,
+    },
+    {
+      kind: "Node",
+      apiVersion: "v1",
+      path: "/api/v1/nodes",
+      labelSelector: "",
+      fieldSelector: `metadata.name=${nodeName}`,
+      optional: false,
+    },
+    {
+      kind: "ServiceCIDR",
+      apiVersion: "networking.k8s.io/v1",
+      path: "/apis/networking.k8s.io/v1/servicecidrs",
+      labelSelector: "",
+      fieldSelector: "",
+      optional: true,
+    },
+  ];
+}
 
 /** Options for {@linkcode KubeSource}. */
 export interface KubeSourceOptions {
@@ -179,6 +200,7 @@ export class KubeSource implements Source {
   readonly #backoff: BackoffOptions;
   readonly #missingRetryMs: number;
   readonly #pageSize: number;
+  readonly #nodeName: string;
   readonly #transport = new ApiTransport();
   readonly #garbage = new ListGarbage();
   #warnedInsecure = false;
@@ -191,7 +213,7 @@ export class KubeSource implements Source {
    */
   constructor(options: KubeSourceOptions) {
     this.#connection = loadApiConnection(options);
-    this.#resources = RESOURCES.filter((r) =>
+    this.#resources = resourcesFor(options.nodeName).filter((r) =>
       r.kind !== "ServiceCIDR" || options.serviceCIDRs !== false
     );
     this.#idleMs = options.watchIdleTimeoutMs ?? 300_000;
@@ -199,6 +221,18 @@ export class KubeSource implements Source {
     this.#backoff = options.backoff ?? { initialMs: 1000, maxMs: 30_000 };
     this.#missingRetryMs = options.missingApiRetryMs ?? 300_000;
     this.#pageSize = options.listPageSize ?? 500;
+    this.#nodeName = options.nodeName;
+  }
+
+  /** Creates kube-proxy's `Starting` event on this node's Node; see `events.ts`. */
+  recordStarting(signal: AbortSignal): Promise<void> {
+    return recordStartingEvent({
+      connection: this.#connection,
+      transport: this.#transport,
+      nodeName: this.#nodeName,
+      signal,
+      backoff: this.#backoff,
+    });
   }
 
   /** The apiserver URL in use. */
@@ -376,6 +410,7 @@ export class KubeSource implements Source {
     do {
       const query = new URLSearchParams();
       if (resource.labelSelector) query.set("labelSelector", resource.labelSelector);
+      if (resource.fieldSelector) query.set("fieldSelector", resource.fieldSelector);
       if (this.#pageSize > 0) query.set("limit", String(this.#pageSize));
       if (continueToken !== "") query.set("continue", continueToken);
       const response = await this.#request(`${resource.path}?${query}`, signal);
@@ -428,6 +463,7 @@ export class KubeSource implements Source {
       timeoutSeconds: String(this.#timeoutSeconds),
     });
     if (resource.labelSelector) query.set("labelSelector", resource.labelSelector);
+    if (resource.fieldSelector) query.set("fieldSelector", resource.fieldSelector);
     const local = new AbortController();
     let idle = false;
     let timer: ReturnType<typeof setTimeout> | undefined;

@@ -160,6 +160,25 @@ function inClusterConnection(
   };
 }
 
+/** The host the shipped ConfigMap's kubeconfig names until the operator writes the endpoint. */
+export const PLACEHOLDER_SERVER_HOST = "CONTROL_PLANE_ENDPOINT";
+
+/**
+ * The current context's `server`, "" when it names none.
+ *
+ * @throws {Error} when it still names {@linkcode PLACEHOLDER_SERVER_HOST}
+ */
+export function kubeconfigServer(context: KubeconfigContext): string {
+  const server = typeof context.cluster.server === "string" ? context.cluster.server : "";
+  if (server.toUpperCase().includes(`//${PLACEHOLDER_SERVER_HOST}`)) {
+    throw new Error(
+      `kubeconfig ${context.path}: cluster "${context.clusterName}" server is still the ` +
+        `placeholder ${server}: write the control plane's endpoint (scripts/deploy/README.md)`,
+    );
+  }
+  return server;
+}
+
 /** The cluster and user of a kubeconfig's current context. */
 export interface KubeconfigContext {
   /** Where the kubeconfig was read from: messages name it, relative paths start at it. */
@@ -229,10 +248,11 @@ function readKubeconfig(
   } catch (error) {
     throw new Error(`kubeconfig ${path}: ${error instanceof Error ? error.message : error}`);
   }
-  const { clusterName, cluster, userName, user } = parseKubeconfig(text, path);
+  const context = parseKubeconfig(text, path);
+  const { clusterName, cluster, userName, user } = context;
   const where = `kubeconfig ${path}`;
   const base = dirname(path);
-  const server = typeof cluster.server === "string" ? cluster.server : "";
+  const server = kubeconfigServer(context);
   const ca = pemOf(cluster, "certificate-authority", base, `${where}: cluster "${clusterName}"`);
   const insecureSkipTLSVerify = cluster["insecure-skip-tls-verify"] === true;
   for (const field of UNSUPPORTED_CLUSTER_FIELDS) {

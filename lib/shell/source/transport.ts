@@ -25,12 +25,18 @@ export interface TlsMaterial {
   key?: string;
 }
 
-/** One GET request to the apiserver. */
+/** One request to the apiserver. */
 export interface ApiRequest {
   url: string;
   headers: Record<string, string>;
   signal: AbortSignal;
   tls: TlsMaterial;
+}
+
+/** A request with a method and body (JSON text), for {@linkcode ApiTransport.send}. */
+export interface ApiWrite extends ApiRequest {
+  method: "POST";
+  body: string;
 }
 
 /** Statuses whose Response may not carry a body. */
@@ -50,7 +56,7 @@ function toResponse(incoming: http.IncomingMessage): Response {
 }
 
 /**
- * Sends GET requests over keep-alive connections. One HTTPS agent is kept for
+ * Sends requests over keep-alive connections. One HTTPS agent is kept for
  * the current TLS material and replaced when the material changes (an exec
  * plugin's rotated client certificate).
  *
@@ -75,6 +81,15 @@ export class ApiTransport {
    * the signal rejects the request or errors the response body.
    */
   get(request: ApiRequest): Promise<Response> {
+    return this.#send(request, "GET");
+  }
+
+  /** Sends a request with a body; resolves with the response once its headers arrived. */
+  send(request: ApiWrite): Promise<Response> {
+    return this.#send(request, request.method, request.body);
+  }
+
+  #send(request: ApiRequest, method: string, body?: string): Promise<Response> {
     const { signal } = request;
     if (signal.aborted) return Promise.reject(signal.reason);
     const secure = request.url.startsWith("https:");
@@ -83,11 +98,7 @@ export class ApiTransport {
     return new Promise((resolve, reject) => {
       // Deno's node:http misses an abort that comes while the response is
       // awaited, so the signal is handled here rather than passed on.
-      const outgoing = client.request(request.url, {
-        method: "GET",
-        agent,
-        headers: request.headers,
-      });
+      const outgoing = client.request(request.url, { method, agent, headers: request.headers });
       let incoming: http.IncomingMessage | undefined;
       const abort = () => {
         outgoing.destroy(signal.reason);
@@ -105,7 +116,7 @@ export class ApiTransport {
         response.on("close", settled);
         resolve(toResponse(response));
       });
-      outgoing.end();
+      outgoing.end(body);
     });
   }
 
