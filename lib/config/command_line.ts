@@ -16,6 +16,7 @@ import { applyConfigFile } from "./file.ts";
 import { flagLabel, FLAGS_BY_NAME, tokenize } from "./flags.ts";
 import { validate } from "./validate.ts";
 import { ConfigError, type Origins, quote, toIP } from "./values.ts";
+import { resolveFeatureGates } from "./gates.ts";
 
 /** What {@linkcode parseCommandLine} needs from the outside world. */
 export interface ConfigEnvironment {
@@ -93,6 +94,8 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     return { command, config, args, flagsSet, warnings };
   }
 
+  // Requests only while parsing; resolveGates turns them into every gate's value.
+  config.featureGates = {};
   const configPath = options.findLast((t) => t.name === "config")?.value ?? "";
   if (configPath !== "") {
     let text: string;
@@ -117,6 +120,7 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     spec.apply(config, option.value, field);
     if (spec.key !== undefined) origins.set(spec.key, field);
   }
+  resolveGates(config, origins, warnings);
   validate(config, origins);
 
   const line: CommandLine = { command, config, args, flagsSet, warnings };
@@ -149,4 +153,15 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     }
   }
   return line;
+}
+
+/** Replaces the requested gates with every gate's value, as kube-proxy's SetFromMap does. */
+function resolveGates(config: Config, origins: Origins, warnings: string[]): void {
+  const resolved = resolveFeatureGates(config.featureGates);
+  const field = origins.get("featureGates") ?? "--feature-gates";
+  if (resolved.errors.length > 0) {
+    throw new ConfigError(field, `Invalid ${field}: ${resolved.errors.join("; ")}`);
+  }
+  for (const warning of resolved.warnings) warnings.push(`${field}: ${warning}`);
+  config.featureGates = resolved.gates;
 }

@@ -1,27 +1,12 @@
 /**
- * The configuration kproxy uses when no flag or file says otherwise, and the
- * feature gates it knows.
+ * The configuration kproxy uses when no flag or file says otherwise.
  *
  * @module
  */
 
 import type { Config, SyncPeriods } from "./types.ts";
 import { modeOf } from "../../backends/registry.ts";
-
-/** Feature gates kproxy knows, with upstream's defaults. Any other gate is an error. */
-export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = Object.freeze({
-  ServiceTopology: false,
-  TopologyAwareHints: true,
-  ServiceTrafficDistribution: true,
-  PreferSameTrafficDistribution: true,
-  WinDSR: false,
-  WinOverlay: true,
-  NFTablesProxyMode: true,
-  MultiCIDRServiceAllocator: true,
-  ProxyTerminatingEndpoints: true,
-  ServiceInternalTrafficPolicy: true,
-  KubeProxyDrainingTerminatingNodes: true,
-});
+import { defaultFeatureGates } from "./gates.ts";
 
 /**
  * The configuration used when no flag or file says otherwise.
@@ -74,7 +59,7 @@ export function defaultConfig(hostname: string): Config {
     serviceClusterIPRange: [],
     externalIPAllowedCIDRs: [],
     serviceNodePortRange: { first: 30000, last: 32767 },
-    featureGates: { ...FEATURE_GATE_DEFAULTS },
+    featureGates: defaultFeatureGates(),
     cleanup: false,
     verbosity: 0,
   };

@@ -8,7 +8,6 @@
 import { parse as parseYaml } from "yaml";
 import type { Config } from "./types.ts";
 import {
-  checkGate,
   ConfigError,
   fail,
   type Origins,
@@ -199,7 +198,6 @@ const FILE_SCHEMA: FileSchema = {
         fail(field, `want a map of gate: true|false, got ${typeName(value)}`);
       }
       for (const [name, enabled] of Object.entries(value as Record<string, unknown>)) {
-        checkGate(name, `${field}.${name}`);
         config.featureGates[name] = expectBool(enabled, `${field}.${name}`);
       }
     },

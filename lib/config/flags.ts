@@ -8,7 +8,7 @@
 import { parseArgs } from "node:util";
 import type { Config } from "./types.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
-import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
+import { featureGatesHelp } from "./gates.ts";
 import {
   ConfigError,
   IPTABLES_BACKENDS,
@@ -123,11 +123,9 @@ const FLAGS: readonly FlagSpec[] = [
     type: "mapStringBool",
     key: "featureGates",
     defaultText: "none: each gate at its own default",
-    help: "A set of key=value pairs that describe feature gates. Options are: " +
-      Object.entries(FEATURE_GATE_DEFAULTS)
-        .map(([name, enabled]) => `${name}=true|false (default=${enabled})`)
-        .join(", ") +
-      ".",
+    help: "A set of key=value pairs that describe feature gates for alpha/experimental " +
+      "features: every gate of Kubernetes 1.36 (an unknown one is logged and ignored). " +
+      `Each is Name=true|false. Options are: ${featureGatesHelp()}.`,
     apply: (c, raw, field) => Object.assign(c.featureGates, toGates(raw, field)),
   },
   {

@@ -11,7 +11,6 @@ import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { parseCIDR, parseIP } from "../core/ip.ts";
 import { isInterfaceName } from "../core/interface_name.ts";
-import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
 import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
@@ -218,24 +217,12 @@ export function toVerbosity(value: number, field: string): number {
   return value;
 }
 
-export function checkGate(name: string, field: string): void {
-  if (!Object.hasOwn(FEATURE_GATE_DEFAULTS, name)) {
-    throw new ConfigError(
-      field,
-      `Cannot parse ${field}: unknown feature gate ${quote(name)} (known: ${
-        Object.keys(FEATURE_GATE_DEFAULTS).join(", ")
-      })`,
-    );
-  }
-}
-
 export function toGates(raw: string, field: string): Record<string, boolean> {
   const gates: Record<string, boolean> = {};
   for (const pair of splitList(raw)) {
     const eq = pair.indexOf("=");
     if (eq < 0) fail(field, `${quote(pair)} is not name=true|false`);
     const name = pair.slice(0, eq).trim();
-    checkGate(name, field);
     gates[name] = toBool(pair.slice(eq + 1).trim(), field);
   }
   return gates;

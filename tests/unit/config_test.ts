@@ -1,11 +1,8 @@
 import assert from "node:assert/strict";
 import { type CommandLine, parseCommandLine } from "../../lib/config/command_line.ts";
 import { ConfigError, formatDuration, parseDuration } from "../../lib/config/values.ts";
-import {
-  defaultConfig,
-  effectiveSyncPeriods,
-  FEATURE_GATE_DEFAULTS,
-} from "../../lib/config/defaults.ts";
+import { defaultConfig, effectiveSyncPeriods } from "../../lib/config/defaults.ts";
+import { defaultFeatureGates } from "../../lib/config/gates.ts";
 import { helpText } from "../../lib/config/help.ts";
 import type { Config, ProxyMode } from "../../lib/config/types.ts";
 
@@ -82,7 +79,7 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["conntrack.tcpBeLiberal", false],
     ["serviceClusterIPRange", []],
     ["externalIPAllowedCIDRs", []],
-    ["featureGates", { ...FEATURE_GATE_DEFAULTS }],
+    ["featureGates", defaultFeatureGates()],
     ["cleanup", false],
     ["verbosity", 0],
   ];
@@ -93,22 +90,6 @@ Deno.test("parseCommandLine() gives every field its default", () => {
   assert.deepEqual(line.warnings, []);
   assert.deepEqual(line.config, defaultConfig("Node-A"));
   for (const [path, want] of cases) assert.deepEqual(get(line.config, path), want, path);
-});
-
-Deno.test("FEATURE_GATE_DEFAULTS holds upstream's defaults", () => {
-  assert.deepEqual(FEATURE_GATE_DEFAULTS, {
-    ServiceTopology: false,
-    TopologyAwareHints: true,
-    ServiceTrafficDistribution: true,
-    PreferSameTrafficDistribution: true,
-    WinDSR: false,
-    WinOverlay: true,
-    NFTablesProxyMode: true,
-    MultiCIDRServiceAllocator: true,
-    ProxyTerminatingEndpoints: true,
-    ServiceInternalTrafficPolicy: true,
-    KubeProxyDrainingTerminatingNodes: true,
-  });
 });
 
 /** [flag, value, config path, expected]: each runs as `--flag=value` and `--flag value`. */
@@ -169,7 +150,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["network-name", "vxlan0", "winkernel.networkName", "vxlan0"],
   ["conntrack-tcp-be-liberal", "true", "conntrack.tcpBeLiberal", true],
   ["feature-gates", "ServiceTopology=true,WinDSR=true", "featureGates", {
-    ...FEATURE_GATE_DEFAULTS,
+    ...defaultFeatureGates(),
     ServiceTopology: true,
     WinDSR: true,
   }],
@@ -231,10 +212,10 @@ Deno.test("parseCommandLine() merges repeated --feature-gates, the last value wi
   const { config } = parse([
     "--feature-gates=ServiceTopology=true",
     "--feature-gates",
-    "TopologyAwareHints=false,ServiceTopology=false",
+    "NativeHistograms=true,ServiceTopology=false",
   ]);
   assert.equal(config.featureGates.ServiceTopology, false);
-  assert.equal(config.featureGates.TopologyAwareHints, false);
+  assert.equal(config.featureGates.NativeHistograms, true);
   assert.equal(config.featureGates.WinOverlay, true);
 });
 
@@ -329,7 +310,7 @@ logging:
     bindAddress: "192.168.0.7",
     healthzBindAddress: "192.168.0.7:10256",
     metricsBindAddress: "0.0.0.0:10249",
-    featureGates: { ...FEATURE_GATE_DEFAULTS, ServiceTopology: true },
+    featureGates: { ...defaultFeatureGates(), ServiceTopology: true },
     iptables: {
       syncPeriodMs: 10_000,
       minSyncPeriodMs: 2_000,
@@ -487,7 +468,7 @@ iptables:
   masqueradeBit: 3
 featureGates:
   ServiceTopology: true
-  WinOverlay: false
+  NativeHistograms: true
 logging:
   verbosity: 1
 `;
@@ -507,7 +488,7 @@ logging:
   assert.equal(config.iptables.syncPeriodMs, 5_000);
   assert.equal(config.iptables.masqueradeBit, 3);
   assert.equal(config.featureGates.ServiceTopology, false);
-  assert.equal(config.featureGates.WinOverlay, false);
+  assert.equal(config.featureGates.NativeHistograms, true);
   assert.equal(config.verbosity, 6);
   assert.deepEqual(line.flagsSet, [
     "proxy-mode",
@@ -697,10 +678,8 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ["negative verbosity", ["--v=-1"], undefined, "--v", /0 or more/],
   ["verbosity not a number", ["-v", "loud"], undefined, "--v"],
   ["bad boolean", ["--masquerade-all=maybe"], undefined, "--masquerade-all", /boolean/],
-  ["unknown gate", ["--feature-gates=Warp=true"], undefined, "--feature-gates", /"Warp"/],
   ["gate without value", ["--feature-gates=WinDSR"], undefined, "--feature-gates"],
   ["gate with bad value", ["--feature-gates=WinDSR=yes"], undefined, "--feature-gates"],
-  ["DSR without gate", ["--enable-dsr"], undefined, "--enable-dsr", /WinDSR/],
   ["stray argument", ["apply"], undefined, "command", /"apply"/],
   ["explain without DEST", ["explain"], undefined, "DEST"],
   ["explain with bad --from", ["explain", "1.2.3.4:80", "--from=me"], undefined, "--from"],
@@ -730,12 +709,6 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     HEADER + "iptables:\n  sincPeriod: 1s\n",
     "iptables.sincPeriod",
     /unknown field/,
-  ],
-  [
-    "unknown gate in file",
-    ["--config=/c"],
-    HEADER + "featureGates:\n  Warp: true\n",
-    "featureGates.Warp",
   ],
   [
     "gate not boolean in file",
@@ -905,7 +878,9 @@ Deno.test("helpText() documents every flag with its default", () => {
     "(default false)",
   ];
   for (const expected of defaults) assert.ok(flat.includes(expected), expected);
-  for (const gate of Object.keys(FEATURE_GATE_DEFAULTS)) assert.ok(text.includes(gate), gate);
+  for (const gate of ["AllAlpha (ALPHA", "ServiceTopology (ALPHA", "ContextualLogging"]) {
+    assert.ok(text.includes(gate), gate);
+  }
   for (const line of text.split("\n")) assert.ok(line.length <= 100, `line too long: ${line}`);
 });
 
