@@ -121,6 +121,7 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     if (spec.key !== undefined) origins.set(spec.key, field);
   }
   resolveGates(config, origins, warnings);
+  applyModeDefaults(config, origins, flagsSet);
   validate(config, origins);
 
   const line: CommandLine = { command, config, args, flagsSet, warnings };
@@ -164,4 +165,29 @@ function resolveGates(config: Config, origins: Origins, warnings: string[]): voi
   }
   for (const warning of resolved.warnings) warnings.push(`${field}: ${warning}`);
   config.featureGates = resolved.gates;
+}
+
+/**
+ * What depends on the final mode, as kube-proxy 1.36 decides it: the
+ * nftables mode alone defaults nodePortAddresses to primary
+ * (platformApplyDefaults), and --iptables-sync-period and
+ * --iptables-min-sync-period set the periods of every mode but ipvs
+ * (processV1Alpha1Flags); kproxy's --nftables-* flags win over them.
+ */
+function applyModeDefaults(config: Config, origins: Origins, flagsSet: string[]): void {
+  if (config.proxyMode === "nftables" && config.nodePortAddresses.length === 0) {
+    config.nodePortAddresses = ["primary"];
+  }
+  if (config.proxyMode !== "nftables") return;
+  for (
+    const [period, key] of [["sync-period", "syncPeriodMs"], [
+      "min-sync-period",
+      "minSyncPeriodMs",
+    ]] as const
+  ) {
+    if (flagsSet.includes(`iptables-${period}`) && !flagsSet.includes(`nftables-${period}`)) {
+      config.nftables[key] = config.iptables[key];
+      origins.set(`nftables.${key}`, `--iptables-${period}`);
+    }
+  }
 }

@@ -7,6 +7,7 @@
 import type { Config, SyncPeriods } from "./types.ts";
 import { modeOf } from "../../backends/registry.ts";
 import { defaultFeatureGates } from "./gates.ts";
+import { defaultProxyMode } from "./values.ts";
 
 /**
  * The configuration used when no flag or file says otherwise.
@@ -26,12 +27,12 @@ export function defaultConfig(hostname: string): Config {
     master: "",
     manifests: "",
     hostnameOverride: hostname.trim().toLowerCase(),
-    proxyMode: "nftables",
+    proxyMode: defaultProxyMode(),
     clusterCIDRs: [],
     detectLocalMode: "ClusterCIDR",
     bridgeInterface: "",
     interfaceNamePrefix: "",
-    nodePortAddresses: ["primary"],
+    nodePortAddresses: [],
     masqueradeAll: false,
     serviceCounters: true,
     bindAddress: "0.0.0.0",
@@ -47,7 +48,7 @@ export function defaultConfig(hostname: string): Config {
     nftables: { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 },
     ipvs: {
       syncPeriodMs: 30_000,
-      minSyncPeriodMs: 1_000,
+      minSyncPeriodMs: 0,
       scheduler: "rr",
       strictARP: false,
       tcpTimeoutMs: 0,

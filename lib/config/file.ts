@@ -13,7 +13,6 @@ import {
   type Origins,
   quote,
   splitList,
-  SYNC_PERIOD_SECTIONS,
   toCIDR,
   toDetectLocalMode,
   toDuration,
@@ -172,7 +171,6 @@ const FILE_SCHEMA: FileSchema = {
       config.nodePortAddresses = toNodePortAddresses(expectStringList(value, field), field);
     },
   },
-  masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
   serviceCounters: boolField("serviceCounters", (c, v) => (c.serviceCounters = v)),
   bindAddress: stringField("bindAddress", (c, v, f) => (c.bindAddress = toIP(v, f))),
   healthzBindAddress: stringField(
@@ -202,17 +200,10 @@ const FILE_SCHEMA: FileSchema = {
       }
     },
   },
-  syncPeriod: durationField(SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
-    c.iptables.syncPeriodMs = c.nftables.syncPeriodMs = c.ipvs.syncPeriodMs = ms;
-  }),
-  minSyncPeriod: durationField(
-    SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.minSyncPeriodMs`),
-    (c, ms) => {
-      c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
-    },
-  ),
   iptables: {
-    masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
+    masqueradeAll: boolField("masqueradeAll", (c, v) => {
+      if (c.proxyMode !== "nftables") c.masqueradeAll = v;
+    }),
     masqueradeBit: {
       key: "iptables.masqueradeBit",
       apply(config, value, field) {
@@ -231,7 +222,9 @@ const FILE_SCHEMA: FileSchema = {
     ),
   },
   nftables: {
-    masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
+    masqueradeAll: boolField("masqueradeAll", (c, v) => {
+      if (c.proxyMode === "nftables") c.masqueradeAll = v;
+    }),
     masqueradeBit: IGNORED,
     syncPeriod: durationField("nftables.syncPeriodMs", (c, ms) => (c.nftables.syncPeriodMs = ms)),
     minSyncPeriod: durationField(
@@ -289,7 +282,9 @@ function applyFileObject(
     const field = context.prefix === "" ? name : `${context.prefix}.${name}`;
     const spec = node[name] ?? node["*"];
     if (spec === undefined) {
-      throw new ConfigError(field, `Cannot parse --config: unknown field ${quote(field)}`);
+      // kube-proxy decodes leniently when strict decoding fails: unknown fields are dropped.
+      context.warnings.push(`Ignoring unknown field ${quote(field)} in --config`);
+      continue;
     }
     if (isFileField(spec)) {
       spec.apply(context.config, value, field, context.warnings);
@@ -340,5 +335,10 @@ export function applyConfigFile(
       }`,
     );
   }
-  applyFileObject(FILE_SCHEMA, object, { ...context, prefix: "" });
+  // The file's own mode picks the section of masqueradeAll, as v1alpha1's conversion does.
+  const { mode, ...rest } = object;
+  applyFileObject(FILE_SCHEMA, mode === undefined ? rest : { mode, ...rest }, {
+    ...context,
+    prefix: "",
+  });
 }

@@ -227,8 +227,10 @@ const FLAGS: readonly FlagSpec[] = [
     type: "strings",
     key: "nodePortAddresses",
     help: "A list of CIDR ranges that contain valid node IPs, or the single string 'primary'. " +
-      "NodePort connections are accepted only on node IPs in these ranges, or on the node's " +
-      "primary IP(s). Set empty to accept them on all local IPs.",
+      "NodePort connections are accepted only on node IPs in these ranges (for an IP family " +
+      "with no range: on all its local IPs), or on the node's primary IP(s) from the Node " +
+      "object (or --bind-address). Empty: all local IPs in the iptables and ipvs modes, " +
+      "'primary' in the nftables mode.",
     apply: (c, raw, field) => (c.nodePortAddresses = toNodePortAddresses(raw, field)),
   },
   {

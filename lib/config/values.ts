@@ -184,8 +184,16 @@ export function toChoice<T extends string>(choices: readonly T[], what: string) 
   };
 }
 
+/**
+ * The mode an empty `mode` / `--proxy-mode` means, as kube-proxy's
+ * platformApplyDefaults: iptables on Linux, kernelspace on Windows.
+ */
+export function defaultProxyMode(os: string = Deno.build.os): ProxyMode {
+  return os === "windows" ? "kernelspace" : "iptables";
+}
+
 export function toProxyMode(raw: string, field: string): ProxyMode {
-  return raw === "" ? "nftables" : toChoice(PROXY_MODES, "proxy mode")(raw, field);
+  return raw === "" ? defaultProxyMode() : toChoice(PROXY_MODES, "proxy mode")(raw, field);
 }
 
 /** An interface name or prefix ("" for none), as the renderers accept it. */

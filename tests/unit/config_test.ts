@@ -48,12 +48,12 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["master", ""],
     ["manifests", ""],
     ["hostnameOverride", "node-a"],
-    ["proxyMode", "nftables"],
+    ["proxyMode", "iptables"],
     ["clusterCIDRs", []],
     ["detectLocalMode", "ClusterCIDR"],
     ["bridgeInterface", ""],
     ["interfaceNamePrefix", ""],
-    ["nodePortAddresses", ["primary"]],
+    ["nodePortAddresses", []],
     ["masqueradeAll", false],
     ["serviceCounters", true],
     ["bindAddress", "0.0.0.0"],
@@ -67,7 +67,7 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["nftables.syncPeriodMs", 30_000],
     ["nftables.minSyncPeriodMs", 1_000],
     ["ipvs.syncPeriodMs", 30_000],
-    ["ipvs.minSyncPeriodMs", 1_000],
+    ["ipvs.minSyncPeriodMs", 0],
     ["ipvs.scheduler", "rr"],
     ["ipvs.strictARP", false],
     ["ipvs.tcpTimeoutMs", 0],
@@ -102,7 +102,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["proxy-mode", "ipvs", "proxyMode", "ipvs"],
   ["proxy-mode", "kernelspace", "proxyMode", "kernelspace"],
   ["proxy-mode", "nftables", "proxyMode", "nftables"],
-  ["proxy-mode", "", "proxyMode", "nftables"],
+  ["proxy-mode", "", "proxyMode", "iptables"],
   ["cluster-cidr", "10.244.0.0/16", "clusterCIDRs", ["10.244.0.0/16"]],
   ["cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "clusterCIDRs", [
     "10.244.0.0/16",
@@ -427,24 +427,6 @@ Deno.test("parseCommandLine() warns about upstream fields and flags kproxy ignor
   ]);
 });
 
-Deno.test("parseCommandLine() applies top-level syncPeriod to every mode, per-mode values winning", () => {
-  const file = HEADER + "syncPeriod: 1m\nminSyncPeriod: 5s\nipvs:\n  syncPeriod: 2m\n";
-  const { config } = parse(["--config=/c"], { "/c": file });
-  assert.deepEqual(config.nftables, { syncPeriodMs: 60_000, minSyncPeriodMs: 5_000 });
-  assert.equal(config.iptables.syncPeriodMs, 60_000);
-  assert.equal(config.ipvs.syncPeriodMs, 120_000);
-  assert.equal(config.ipvs.minSyncPeriodMs, 5_000);
-});
-
-Deno.test("parseCommandLine() masquerades all when any of the file's masqueradeAll fields is set", () => {
-  for (const field of ["masqueradeAll: true", "iptables:\n  masqueradeAll: true"]) {
-    const { config } = parse(["--config=/c"], { "/c": `${HEADER}${field}\n` });
-    assert.equal(config.masqueradeAll, true, field);
-  }
-  const nft = `${HEADER}nftables:\n  masqueradeAll: true\n`;
-  assert.equal(parse(["--config=/c"], { "/c": nft }).config.masqueradeAll, true);
-});
-
 Deno.test("parseCommandLine() reads serviceCounters from the file, and the flag overrides it", () => {
   const file = { "/c": `${HEADER}serviceCounters: false\n` };
   assert.equal(parse(["--config=/c"], file).config.serviceCounters, false);
@@ -537,14 +519,14 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ["negative duration", ["--ipvs-sync-period=-1s"], undefined, "--ipvs-sync-period", /negative/],
   [
     "zero sync period",
-    ["--nftables-sync-period=0s"],
+    ["--proxy-mode=nftables", "--nftables-sync-period=0s"],
     undefined,
     "--nftables-sync-period",
     /greater than 0/,
   ],
   [
     "ipvs min above sync",
-    ["--ipvs-min-sync-period=1m"],
+    ["--proxy-mode=ipvs", "--ipvs-min-sync-period=1m"],
     undefined,
     "--ipvs-min-sync-period",
     /exceeds/,
@@ -702,14 +684,6 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     "kind",
     /KubeProxyConfiguration/,
   ],
-  ["unknown top-level field", ["--config=/c"], HEADER + "modde: ipvs\n", "modde", /unknown field/],
-  [
-    "unknown nested field",
-    ["--config=/c"],
-    HEADER + "iptables:\n  sincPeriod: 1s\n",
-    "iptables.sincPeriod",
-    /unknown field/,
-  ],
   [
     "gate not boolean in file",
     ["--config=/c"],
@@ -762,7 +736,12 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     HEADER + "healthzBindAddress: nowhere\n",
     "healthzBindAddress",
   ],
-  ["bool as string in file", ["--config=/c"], HEADER + 'masqueradeAll: "yes"\n', "masqueradeAll"],
+  [
+    "bool as string in file",
+    ["--config=/c"],
+    HEADER + 'iptables:\n  masqueradeAll: "yes"\n',
+    "iptables.masqueradeAll",
+  ],
   ["section not a map", ["--config=/c"], HEADER + "iptables: fast\n", "iptables", /want a map/],
   [
     "negative verbosity in file",
@@ -777,16 +756,9 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     "--pod-bridge-interface",
   ],
   [
-    "top-level minSyncPeriod named in cross-field error",
-    ["--config=/c"],
-    HEADER + "minSyncPeriod: 1m\n",
-    "minSyncPeriod",
-    /exceeds/,
-  ],
-  [
     "file value named in cross-field error",
     ["--config=/c"],
-    HEADER + "ipvs:\n  minSyncPeriod: 1m\n",
+    HEADER + "mode: ipvs\nipvs:\n  minSyncPeriod: 1m\n",
     "ipvs.minSyncPeriod",
     /exceeds/,
   ],
@@ -871,10 +843,10 @@ Deno.test("helpText() documents every flag with its default", () => {
     "(default 30s)",
     "(default 1s)",
     "(default 14)",
-    "(default nftables)",
+    "(default iptables)",
     "(default 0.0.0.0:10256)",
     "(default 127.0.0.1:10249)",
-    "(default [primary])",
+    "(default [])",
     "(default false)",
   ];
   for (const expected of defaults) assert.ok(flat.includes(expected), expected);

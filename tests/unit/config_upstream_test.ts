@@ -1,0 +1,154 @@
+/**
+ * kube-proxy 1.36's meaning of its configuration (cmd/kube-proxy/app/options.go,
+ * server_linux.go platformApplyDefaults, pkg/proxy/apis/config/v1alpha1/conversion.go),
+ * setting by setting.
+ */
+import assert from "node:assert/strict";
+import { parseCommandLine } from "../../lib/config/command_line.ts";
+import { effectiveSyncPeriods } from "../../lib/config/defaults.ts";
+import { helpText } from "../../lib/config/help.ts";
+import { ConfigError } from "../../lib/config/values.ts";
+
+const HEADER = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+
+function parse(argv: string[], file?: string) {
+  const files: Record<string, string> = file === undefined ? {} : { "/cfg.yaml": file };
+  return parseCommandLine(file === undefined ? argv : ["--config=/cfg.yaml", ...argv], {
+    readTextFile: (path) => files[path]!,
+    hostname: () => "node-a",
+  });
+}
+
+Deno.test("proxy mode: empty means iptables on Linux, as kube-proxy's platformApplyDefaults", async (t) => {
+  const cases: [string, string[], string | undefined, string][] = [
+    ["no flag, no file", [], undefined, "iptables"],
+    ["--proxy-mode=''", ["--proxy-mode="], undefined, "iptables"],
+    ["mode: '' (kubeadm)", [], `${HEADER}mode: ""\n`, "iptables"],
+    ["mode: nftables", [], `${HEADER}mode: nftables\n`, "nftables"],
+    ["--proxy-mode=ipvs", ["--proxy-mode=ipvs"], undefined, "ipvs"],
+  ];
+  for (const [name, argv, file, want] of cases) {
+    await t.step(name, () => assert.equal(parse(argv, file).config.proxyMode, want));
+  }
+});
+
+Deno.test("nodePortAddresses: only the nftables mode defaults to primary", async (t) => {
+  const cases: [string, string[], string | undefined, string[]][] = [
+    ["iptables (default mode)", [], undefined, []],
+    ["ipvs", ["--proxy-mode=ipvs"], undefined, []],
+    ["nftables", ["--proxy-mode=nftables"], undefined, ["primary"]],
+    ["nftables, empty in the file", [], `${HEADER}mode: nftables\nnodePortAddresses: []\n`, [
+      "primary",
+    ]],
+    ["iptables, CIDRs", ["--nodeport-addresses=10.0.0.0/8"], undefined, ["10.0.0.0/8"]],
+    ["nftables, CIDRs", ["--proxy-mode=nftables", "--nodeport-addresses=10.0.0.0/8"], undefined, [
+      "10.0.0.0/8",
+    ]],
+  ];
+  for (const [name, argv, file, want] of cases) {
+    await t.step(name, () => assert.deepEqual(parse(argv, file).config.nodePortAddresses, want));
+  }
+});
+
+Deno.test("--help says what an empty --nodeport-addresses means in each mode", () => {
+  const flat = helpText().replace(/\s+/g, " ");
+  const help = flat.slice(flat.indexOf("--nodeport-addresses"), flat.indexOf("--masquerade-all"));
+  assert.match(
+    help,
+    /Empty: all local IPs in the iptables and ipvs modes, 'primary' in the nftables/,
+  );
+  assert.match(help, /\(default \[\]\)/);
+});
+
+Deno.test("sync periods: --iptables-*-sync-period reach every mode but ipvs, as in options.go", async (t) => {
+  const cases: [string, string[], string | undefined, [number, number]][] = [
+    [
+      "nftables",
+      ["--proxy-mode=nftables", "--iptables-sync-period=10s", "--iptables-min-sync-period=2s"],
+      undefined,
+      [10_000, 2_000],
+    ],
+    ["iptables", ["--iptables-sync-period=10s", "--iptables-min-sync-period=2s"], undefined, [
+      10_000,
+      2_000,
+    ]],
+    ["ipvs ignores them", ["--proxy-mode=ipvs", "--iptables-sync-period=10s"], undefined, [
+      30_000,
+      0,
+    ]],
+    [
+      "ipvs",
+      ["--proxy-mode=ipvs", "--ipvs-sync-period=10s", "--ipvs-min-sync-period=2s"],
+      undefined,
+      [10_000, 2_000],
+    ],
+    ["nftables ignores --ipvs-*", ["--proxy-mode=nftables", "--ipvs-sync-period=10s"], undefined, [
+      30_000,
+      1_000,
+    ]],
+    [
+      "file, mode ''",
+      [],
+      `${HEADER}mode: ""\niptables:\n  syncPeriod: 10s\n  minSyncPeriod: 2s\n`,
+      [10_000, 2_000],
+    ],
+    [
+      "file, nftables section",
+      [],
+      `${HEADER}mode: nftables\nnftables:\n  syncPeriod: 10s\n  minSyncPeriod: 2s\n`,
+      [10_000, 2_000],
+    ],
+    ["file, ipvs: minSyncPeriod has no default", [], `${HEADER}mode: ipvs\n`, [30_000, 0]],
+  ];
+  for (const [name, argv, file, [sync, min]] of cases) {
+    await t.step(name, () => {
+      const periods = effectiveSyncPeriods(parse(argv, file).config);
+      assert.deepEqual(periods, { syncPeriodMs: sync, minSyncPeriodMs: min });
+    });
+  }
+});
+
+Deno.test("sync periods: a top-level syncPeriod is not a v1alpha1 field: logged and ignored", () => {
+  const line = parse([], `${HEADER}syncPeriod: 5s\nminSyncPeriod: 5s\n`);
+  assert.deepEqual(effectiveSyncPeriods(line.config), {
+    syncPeriodMs: 30_000,
+    minSyncPeriodMs: 1_000,
+  });
+  assert.ok(line.warnings.some((w) => w.includes("syncPeriod")), line.warnings.join("\n"));
+});
+
+Deno.test("sync periods: the mode's minSyncPeriod may not exceed its syncPeriod", () => {
+  assert.throws(
+    () =>
+      parse([
+        "--proxy-mode=nftables",
+        "--iptables-sync-period=1s",
+        "--iptables-min-sync-period=2s",
+      ]),
+    (error: unknown) =>
+      error instanceof ConfigError && /--iptables-min-sync-period/.test(error.message),
+  );
+});
+
+Deno.test("masqueradeAll: the file's mode picks the section, as conversion.go", async (t) => {
+  const cases: [string, string, boolean][] = [
+    ["iptables section, mode ''", `mode: ""\niptables:\n  masqueradeAll: true\n`, true],
+    ["nftables section, mode ''", `mode: ""\nnftables:\n  masqueradeAll: true\n`, false],
+    ["nftables section, mode nftables", `mode: nftables\nnftables:\n  masqueradeAll: true\n`, true],
+    [
+      "iptables section, mode nftables",
+      `mode: nftables\niptables:\n  masqueradeAll: true\n`,
+      false,
+    ],
+    ["iptables section, mode ipvs", `mode: ipvs\niptables:\n  masqueradeAll: true\n`, true],
+  ];
+  for (const [name, body, want] of cases) {
+    await t.step(name, () => assert.equal(parse([], HEADER + body).config.masqueradeAll, want));
+  }
+});
+
+Deno.test("an unknown field in the file is logged and ignored, as kube-proxy's lenient decoding", () => {
+  const line = parse([], `${HEADER}noSuchField: 1\niptables:\n  alsoNot: true\n`);
+  assert.ok(line.warnings.some((w) => w.includes("noSuchField")), line.warnings.join("\n"));
+  assert.ok(line.warnings.some((w) => w.includes("iptables.alsoNot")), line.warnings.join("\n"));
+});
