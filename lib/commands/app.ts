@@ -24,6 +24,7 @@ import { systemClock } from "../shell/clock.ts";
 import { DenoExecutor } from "../shell/exec.ts";
 import type { Executor } from "../core/executor.ts";
 import { ProxyHealth } from "../shell/health.ts";
+import { setUpNode } from "../shell/node_setup.ts";
 import { ServiceHealthServers, startHealthServer } from "../shell/servers.ts";
 import type { HttpServer } from "../shell/http_server.ts";
 import { ConnectionLimit } from "../shell/connection_limit.ts";
@@ -92,6 +93,12 @@ export interface AppOptions {
   serviceHealthHostname?: string;
   /** Called once `run` has started its servers, source and runner. */
   onStarted?: (app: RunningApp) => void;
+  /**
+   * Sets the node up before proxying, as kube-proxy does: conntrack sysctls and
+   * the OOM score. Defaults to {@linkcode setUpNode} on Linux, and to nothing
+   * when a backend or an executor is injected (tests leave the node alone).
+   */
+  setUpNode?: (config: Config, executor: Executor) => Promise<void>;
   /**
    * Loads the kernel demo's module (`scripts/demo.ts`, its `runDemo`), which
    * lives outside lib/; without it, or when it fails to load, `demo` prints
@@ -305,6 +312,12 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
     await backend.preflight?.();
   }
+  const nodeSetup = options.setUpNode ??
+    (options.backend !== undefined || options.executor !== undefined ||
+        modeOf(config.proxyMode).platform !== "linux"
+      ? undefined
+      : (config: Config, executor: Executor) => setUpNode({ config, executor }));
+  await nodeSetup?.(config, executor);
   const source = options.source ?? await createSource(config);
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
   const leftovers = options.backend

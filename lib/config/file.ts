@@ -21,6 +21,8 @@ import {
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
+  toNonNegative,
+  toOomScoreAdj,
   toProxyMode,
   toScheduler,
   toVerbosity,
@@ -98,6 +100,21 @@ function durationField(key: string | string[], set: (c: Config, ms: number) => v
     const ms = toDuration(value, field);
     if (ms !== 0) set(config, ms);
   });
+}
+
+/** A duration where an explicit zero counts (a pointer field upstream); null takes the default. */
+function zeroableDurationField(key: string, set: (c: Config, ms: number) => void): FileField {
+  return stringField(key, (config, value, field) => set(config, toDuration(value, field)));
+}
+
+/** An integer (a pointer field upstream): null takes the default, any number counts. */
+function intField(key: string, set: (c: Config, value: number, field: string) => void): FileField {
+  return {
+    key,
+    apply(config, value, field) {
+      if (value !== null && value !== undefined) set(config, expectInt(value, field), field);
+    },
+  };
 }
 
 function boolField(key: string, set: (c: Config, value: boolean) => void): FileField {
@@ -184,7 +201,7 @@ const FILE_SCHEMA: FileSchema = {
   bindAddressHardFail: IGNORED,
   enableProfiling: IGNORED,
   showHiddenMetricsForVersion: IGNORED,
-  oomScoreAdj: IGNORED,
+  oomScoreAdj: intField("oomScoreAdj", (c, v, f) => (c.oomScoreAdj = toOomScoreAdj(v, f))),
   portRange: IGNORED,
   configSyncPeriod: IGNORED,
   windowsRunAsService: IGNORED,
@@ -251,12 +268,25 @@ const FILE_SCHEMA: FileSchema = {
   },
   conntrack: {
     tcpBeLiberal: boolField("conntrack.tcpBeLiberal", (c, v) => (c.conntrack.tcpBeLiberal = v)),
-    maxPerCore: IGNORED,
-    min: IGNORED,
-    tcpEstablishedTimeout: IGNORED,
-    tcpCloseWaitTimeout: IGNORED,
-    udpTimeout: IGNORED,
-    udpStreamTimeout: IGNORED,
+    maxPerCore: intField(
+      "conntrack.maxPerCore",
+      (c, v, f) => (c.conntrack.maxPerCore = toNonNegative(v, f)),
+    ),
+    min: intField("conntrack.min", (c, v, f) => (c.conntrack.min = toNonNegative(v, f))),
+    // Pointers in v1alpha1: null takes the default, an explicit 0s leaves the kernel's value.
+    tcpEstablishedTimeout: zeroableDurationField(
+      "conntrack.tcpEstablishedTimeoutMs",
+      (c, ms) => (c.conntrack.tcpEstablishedTimeoutMs = ms),
+    ),
+    tcpCloseWaitTimeout: zeroableDurationField(
+      "conntrack.tcpCloseWaitTimeoutMs",
+      (c, ms) => (c.conntrack.tcpCloseWaitTimeoutMs = ms),
+    ),
+    udpTimeout: durationField("conntrack.udpTimeoutMs", (c, ms) => (c.conntrack.udpTimeoutMs = ms)),
+    udpStreamTimeout: durationField(
+      "conntrack.udpStreamTimeoutMs",
+      (c, ms) => (c.conntrack.udpStreamTimeoutMs = ms),
+    ),
   },
   logging: {
     verbosity: {

@@ -220,6 +220,18 @@ export function toMasqueradeBit(value: number, field: string): number {
   return value;
 }
 
+/** An integer that must not be negative (conntrack.maxPerCore, conntrack.min). */
+export function toNonNegative(value: number, field: string): number {
+  if (value < 0) fail(field, `${value} must be greater than or equal to 0`);
+  return value;
+}
+
+/** oomScoreAdj: within [-1000, 1000], as kube-proxy validates it. */
+export function toOomScoreAdj(value: number, field: string): number {
+  if (value < -1000 || value > 1000) fail(field, `${value} must be within the range [-1000, 1000]`);
+  return value;
+}
+
 export function toVerbosity(value: number, field: string): number {
   if (value < 0) fail(field, `${value} must be 0 or more`);
   return value;

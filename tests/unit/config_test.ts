@@ -329,7 +329,7 @@ logging:
       udpTimeoutMs: 300_000,
     },
     winkernel: { sourceVip: "10.0.0.250", enableDSR: false, networkName: "l2bridge" },
-    conntrack: { tcpBeLiberal: true },
+    conntrack: { ...defaultConfig("Node-A").conntrack, tcpBeLiberal: true },
     verbosity: 2,
   });
   assert.deepEqual(config, want);
@@ -415,16 +415,16 @@ winkernel:
 });
 
 Deno.test("parseCommandLine() warns about upstream fields and flags kproxy ignores", () => {
-  const file = HEADER + "conntrack:\n  maxPerCore: 32768\noomScoreAdj: -999\n";
-  const { warnings } = parse(["--config=/c", "--profiling", "--conntrack-min=131072"], {
+  const file = HEADER + "conntrack:\n  maxPerCore: 32768\nenableProfiling: true\n";
+  const { warnings, config } = parse(["--config=/c", "--profiling", "--conntrack-min=131072"], {
     "/c": file,
   });
   assert.deepEqual(warnings, [
-    "Ignoring conntrack.maxPerCore in --config: kproxy does not support it",
-    "Ignoring oomScoreAdj in --config: kproxy does not support it",
+    "Ignoring enableProfiling in --config: kproxy does not support it",
     "Ignoring --profiling: kproxy does not support it",
-    "Ignoring --conntrack-min: kproxy does not support it",
   ]);
+  assert.equal(config.conntrack.maxPerCore, 32768);
+  assert.equal(config.conntrack.min, 131072);
 });
 
 Deno.test("parseCommandLine() reads serviceCounters from the file, and the flag overrides it", () => {
