@@ -6,6 +6,7 @@
  */
 
 import { parse as parseYaml } from "yaml";
+import { joinHostPort, parseIP } from "../core/ip.ts";
 import type { Config } from "./types.ts";
 import {
   ConfigError,
@@ -146,6 +147,26 @@ const IGNORED: FileField = {
 /** Any value and any sub-field: for blocks whose contents kproxy ignores. */
 const IGNORED_TREE: FileSchema = { "*": IGNORED };
 
+const HEALTHZ_PORT = 10256;
+const METRICS_PORT = 10249;
+
+/** An address without a port gets `port`, as v1alpha1's defaulting (AppendPortIfNeeded). */
+function withPort(address: string, port: number): string {
+  const ip = parseIP(address);
+  return ip === undefined ? address : joinHostPort(address, port);
+}
+
+/**
+ * The servers' defaults follow an IPv6 bindAddress, as v1alpha1's defaulting
+ * (getDefaultAddresses): `[::]:10256` and `[::1]:10249` when the file leaves
+ * them empty.
+ */
+function defaultServerAddresses(config: Config, object: Record<string, unknown>): void {
+  if (parseIP(config.bindAddress)?.family !== "IPv6") return;
+  if (isUnset(object.healthzBindAddress)) config.healthzBindAddress = `[::]:${HEALTHZ_PORT}`;
+  if (isUnset(object.metricsBindAddress)) config.metricsBindAddress = `[::1]:${METRICS_PORT}`;
+}
+
 const FILE_SCHEMA: FileSchema = {
   apiVersion: { apply: () => {} },
   kind: { apply: () => {} },
@@ -192,11 +213,11 @@ const FILE_SCHEMA: FileSchema = {
   bindAddress: stringField("bindAddress", (c, v, f) => (c.bindAddress = toIP(v, f))),
   healthzBindAddress: stringField(
     "healthzBindAddress",
-    (c, v, f) => (c.healthzBindAddress = toHostPort(v, f)),
+    (c, v, f) => (c.healthzBindAddress = toHostPort(withPort(v, HEALTHZ_PORT), f)),
   ),
   metricsBindAddress: stringField(
     "metricsBindAddress",
-    (c, v, f) => (c.metricsBindAddress = toHostPort(v, f)),
+    (c, v, f) => (c.metricsBindAddress = toHostPort(withPort(v, METRICS_PORT), f)),
   ),
   bindAddressHardFail: IGNORED,
   enableProfiling: IGNORED,
@@ -371,4 +392,5 @@ export function applyConfigFile(
     ...context,
     prefix: "",
   });
+  defaultServerAddresses(context.config, object);
 }
