@@ -219,6 +219,12 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
       return await runDiff(config, options);
     case "hand-back":
       return await runHandBack(config, options);
+    case "init-only": {
+      const executor = options.executor ??
+        new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+      await nodeSetupOf(config, options)?.(config, executor);
+      return 0;
+    }
     case "run":
       return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
   }
@@ -298,6 +304,17 @@ async function cleanup(config: Config, options: AppOptions): Promise<number> {
   return 0;
 }
 
+/** The node set-up to run: the injected one, else the real one on Linux unless a part is injected. */
+function nodeSetupOf(
+  config: Config,
+  options: AppOptions,
+): ((config: Config, executor: Executor) => Promise<void>) | undefined {
+  if (options.setUpNode !== undefined) return options.setUpNode;
+  const injected = options.backend !== undefined || options.executor !== undefined;
+  if (injected || modeOf(config.proxyMode).platform !== "linux") return undefined;
+  return (config, executor) => setUpNode({ config, executor });
+}
+
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
@@ -312,12 +329,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
     await backend.preflight?.();
   }
-  const nodeSetup = options.setUpNode ??
-    (options.backend !== undefined || options.executor !== undefined ||
-        modeOf(config.proxyMode).platform !== "linux"
-      ? undefined
-      : (config: Config, executor: Executor) => setUpNode({ config, executor }));
-  await nodeSetup?.(config, executor);
+  await nodeSetupOf(config, options)?.(config, executor);
   const source = options.source ?? await createSource(config);
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
   const leftovers = options.backend

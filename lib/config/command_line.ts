@@ -13,9 +13,9 @@
 import type { Config } from "./types.ts";
 import { defaultConfig } from "./defaults.ts";
 import { applyConfigFile } from "./file.ts";
-import { flagLabel, FLAGS_BY_NAME, tokenize } from "./flags.ts";
+import { flagLabel, FLAGS_BY_NAME, type FlagSpec, tokenize } from "./flags.ts";
 import { validate } from "./validate.ts";
-import { ConfigError, type Origins, quote, toIP } from "./values.ts";
+import { ConfigError, type Origins, quote, toInt, toIP } from "./values.ts";
 import { resolveFeatureGates } from "./gates.ts";
 
 /** What {@linkcode parseCommandLine} needs from the outside world. */
@@ -34,6 +34,7 @@ export type Command =
   | "explain"
   | "diff"
   | "hand-back"
+  | "init-only"
   | "version"
   | "help";
 
@@ -110,6 +111,12 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
 
   for (const option of options) {
     const spec = FLAGS_BY_NAME.get(option.name);
+    if (configPath !== "" && spec !== undefined && ignoredByUpstreamWithConfig(spec)) {
+      warnings.push(
+        `Applying ${flagLabel(option.name)} although --config is given: kube-proxy ignores it ` +
+          "then, kproxy lets the command line override the file",
+      );
+    }
     if (!spec?.apply) {
       if (spec?.group === "Accepted for compatibility, ignored") {
         warnings.push(`Ignoring ${flagLabel(option.name)}: kproxy does not support it`);
@@ -121,9 +128,11 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     if (spec.key !== undefined) origins.set(spec.key, field);
   }
   resolveGates(config, origins, warnings);
+  if (configPath === "") applyDeprecatedPorts(config, options, origins);
   applyModeDefaults(config, origins, flagsSet);
   validate(config, origins);
 
+  if (options.findLast((t) => t.name === "init-only")?.value === "true") command = "init-only";
   const line: CommandLine = { command, config, args, flagsSet, warnings };
   const from = options.findLast((t) => t.name === "from")?.value;
   const node = options.findLast((t) => t.name === "node")?.value;
@@ -188,6 +197,50 @@ function applyModeDefaults(config: Config, origins: Origins, flagsSet: string[])
     if (flagsSet.includes(`iptables-${period}`) && !flagsSet.includes(`nftables-${period}`)) {
       config.nftables[key] = config.iptables[key];
       origins.set(`nftables.${key}`, `--iptables-${period}`);
+    }
+  }
+}
+
+/** Flags kube-proxy still reads beside --config: everything else it takes from the file only. */
+const KEPT_WITH_CONFIG = new Set([
+  "config",
+  "hostname-override",
+  "master",
+  "cleanup",
+  "init-only",
+  "v",
+  "version",
+  "help",
+]);
+
+/** Whether kube-proxy 1.36 would drop this flag because --config is given (options.go Complete). */
+function ignoredByUpstreamWithConfig(spec: FlagSpec): boolean {
+  return !KEPT_WITH_CONFIG.has(spec.name) && !spec.help.startsWith("kproxy:") &&
+    spec.group !== "explain" && spec.group !== "Accepted for compatibility, ignored";
+}
+
+/**
+ * --healthz-port and --metrics-port without --config, as kube-proxy's
+ * addressFromDeprecatedFlags: 0 disables the server; any other port leaves the
+ * address as it is, since it always has a port (AppendPortIfNeeded).
+ */
+function applyDeprecatedPorts(
+  config: Config,
+  options: { name: string; value: string }[],
+  origins: Origins,
+): void {
+  const flags = [["healthz-port", "healthzBindAddress"], ["metrics-port", "metricsBindAddress"]];
+  for (const [flag, key] of flags as [string, "healthzBindAddress" | "metricsBindAddress"][]) {
+    const raw = options.findLast((t) => t.name === flag)?.value;
+    if (raw === undefined) continue;
+    const field = flagLabel(flag);
+    const port = toInt(raw, field);
+    if (port < 0 || port > 65535) {
+      throw new ConfigError(field, `Cannot parse ${field}: ${port} is not a port`);
+    }
+    if (port === 0) {
+      config[key] = "";
+      origins.set(key, field);
     }
   }
 }

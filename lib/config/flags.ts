@@ -139,6 +139,45 @@ const FLAGS: readonly FlagSpec[] = [
     apply: (c, raw, field) => (c.cleanup = toBool(raw, field)),
   },
   {
+    name: "init-only",
+    group: "General",
+    type: "",
+    defaultText: "false",
+    help: "If true, perform the initialization steps that need full root privileges (the " +
+      "conntrack sysctls and the OOM score), and then exit.",
+  },
+  {
+    name: "write-config-to",
+    group: "General",
+    type: "string",
+    defaultText: '""',
+    help: "Refused: kproxy writes no file. `kproxy --help` shows every default; " +
+      "docs/CONFIG.md the file's fields.",
+    apply: (_c, _raw, field) => {
+      throw new ConfigError(
+        field,
+        `Cannot parse ${field}: kproxy writes no file (its permissions allow none); ` +
+          "see --help and docs/CONFIG.md for the defaults",
+      );
+    },
+  },
+  {
+    name: "healthz-port",
+    group: "Networking",
+    type: "int32",
+    defaultText: "10256",
+    help: "Deprecated: 0 disables the health check server (another port changes nothing, as " +
+      "in kube-proxy); use --healthz-bind-address. Ignored with --config.",
+  },
+  {
+    name: "metrics-port",
+    group: "Networking",
+    type: "int32",
+    defaultText: "10249",
+    help: "Deprecated: 0 disables the metrics server (another port changes nothing, as in " +
+      "kube-proxy); use --metrics-bind-address. Ignored with --config.",
+  },
+  {
     name: "version",
     group: "General",
     type: "",
@@ -202,7 +241,7 @@ const FLAGS: readonly FlagSpec[] = [
     type: "LocalMode",
     key: "detectLocalMode",
     help: "Mode to use to detect local traffic: ClusterCIDR, NodeCIDR, BridgeInterface or " +
-      "InterfaceNamePrefix. Empty means no detection.",
+      "InterfaceNamePrefix. Empty means ClusterCIDR.",
     apply: (c, raw, field) => (c.detectLocalMode = toDetectLocalMode(raw, field)),
   },
   {
@@ -539,8 +578,19 @@ const IGNORED_FLAGS: readonly { name: string; type: string }[] = [
   { name: "kube-api-qps", type: "float32" },
   { name: "kube-api-content-type", type: "string" },
   { name: "ipvs-exclude-cidrs", type: "strings" },
-  { name: "proxy-port-range", type: "string" },
   { name: "show-hidden-metrics-for-version", type: "string" },
+  { name: "log-flush-frequency", type: "duration" },
+  { name: "logging-format", type: "string" },
+  { name: "log-json-info-buffer-size", type: "quantity" },
+  { name: "log-json-split-stream", type: "" },
+  { name: "log-text-info-buffer-size", type: "quantity" },
+  { name: "log-text-split-stream", type: "" },
+  { name: "vmodule", type: "pattern=N,..." },
+  { name: "windows-service", type: "" },
+  { name: "root-hnsendpoint-name", type: "string" },
+  { name: "forward-healthcheck-vip", type: "" },
+  { name: "boot-id-file", type: "string" },
+  { name: "machine-id-file", type: "string" },
 ];
 
 export const ALL_FLAGS: readonly FlagSpec[] = [

@@ -208,7 +208,8 @@ export function toInterfaceName(raw: string, field: string): string {
 }
 
 export function toDetectLocalMode(raw: string, field: string): DetectLocalMode {
-  return raw === "" ? "" : toChoice(DETECT_LOCAL_MODES, "detect-local mode")(raw, field);
+  // Empty is ClusterCIDR, as kube-proxy's platformApplyDefaults makes it.
+  return raw === "" ? "ClusterCIDR" : toChoice(DETECT_LOCAL_MODES, "detect-local mode")(raw, field);
 }
 
 export function toScheduler(raw: string, field: string): string {

@@ -112,7 +112,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["cluster-cidr", "", "clusterCIDRs", []],
   ["detect-local-mode", "NodeCIDR", "detectLocalMode", "NodeCIDR"],
   ["detect-local-mode", "ClusterCIDR", "detectLocalMode", "ClusterCIDR"],
-  ["detect-local-mode", "", "detectLocalMode", ""],
+  ["detect-local-mode", "", "detectLocalMode", "ClusterCIDR"],
   ["pod-bridge-interface", "cbr0", "bridgeInterface", "cbr0"],
   ["pod-interface-name-prefix", "veth", "interfaceNamePrefix", "veth"],
   ["nodeport-addresses", "primary", "nodePortAddresses", ["primary"]],
@@ -422,6 +422,8 @@ Deno.test("parseCommandLine() warns about upstream fields and flags kproxy ignor
   assert.deepEqual(warnings, [
     "Ignoring enableProfiling in --config: kproxy does not support it",
     "Ignoring --profiling: kproxy does not support it",
+    "Applying --conntrack-min although --config is given: kube-proxy ignores it then, kproxy " +
+    "lets the command line override the file",
   ]);
   assert.equal(config.conntrack.maxPerCore, 32768);
   assert.equal(config.conntrack.min, 131072);

@@ -152,3 +152,71 @@ Deno.test("an unknown field in the file is logged and ignored, as kube-proxy's l
   assert.ok(line.warnings.some((w) => w.includes("noSuchField")), line.warnings.join("\n"));
   assert.ok(line.warnings.some((w) => w.includes("iptables.alsoNot")), line.warnings.join("\n"));
 });
+
+Deno.test("--detect-local-mode='' means ClusterCIDR, as platformApplyDefaults", () => {
+  assert.equal(parse(["--detect-local-mode="]).config.detectLocalMode, "ClusterCIDR");
+});
+
+Deno.test("flags kube-proxy 1.36 has are accepted; ones it no longer has are refused", async (t) => {
+  for (
+    const flag of [
+      "--log-flush-frequency=5s",
+      "--logging-format=text",
+      "--log-text-split-stream",
+      "--log-json-split-stream=false",
+      "--log-text-info-buffer-size=0",
+      "--log-json-info-buffer-size=0",
+      "--vmodule=proxier=4",
+      "--windows-service=false",
+      "--root-hnsendpoint-name=cbr0",
+      "--forward-healthcheck-vip=false",
+      "--boot-id-file=/proc/sys/kernel/random/boot_id",
+      "--machine-id-file=/etc/machine-id",
+    ]
+  ) {
+    await t.step(flag, () => {
+      const line = parse([flag]);
+      assert.ok(line.warnings.some((w) => w.includes(flag.split("=")[0]!)), line.warnings.join());
+    });
+  }
+  await t.step("--proxy-port-range (removed from kube-proxy)", () => {
+    assert.throws(() => parse(["--proxy-port-range=30000-31000"]), ConfigError);
+  });
+});
+
+Deno.test("--healthz-port and --metrics-port: 0 disables, another port changes nothing (AppendPortIfNeeded); ignored with --config", async (t) => {
+  await t.step("ports", () => {
+    const { config } = parse(["--healthz-port=12345", "--metrics-port=0"]);
+    assert.equal(config.healthzBindAddress, "0.0.0.0:10256");
+    assert.equal(config.metricsBindAddress, "");
+  });
+  await t.step("with the address flag", () => {
+    const { config } = parse(["--metrics-bind-address=[::1]:9999", "--metrics-port=10249"]);
+    assert.equal(config.metricsBindAddress, "[::1]:9999");
+  });
+  await t.step("with --config", () => {
+    const { config } = parse(["--healthz-port=0"], HEADER);
+    assert.equal(config.healthzBindAddress, "0.0.0.0:10256");
+  });
+});
+
+Deno.test("--write-config-to is refused: kproxy writes no file", () => {
+  assert.throws(
+    () => parse(["--write-config-to=/tmp/x.yaml"]),
+    (error: unknown) => error instanceof ConfigError && /writes no file/.test(error.message),
+  );
+});
+
+Deno.test("--init-only is a command: set the node up and exit", () => {
+  assert.equal(parse(["--init-only"]).command, "init-only");
+});
+
+Deno.test("a flag kube-proxy would ignore beside --config is applied, with a warning saying so", () => {
+  const line = parse(["--proxy-mode=nftables", "--hostname-override=n", "-v=2"], HEADER);
+  assert.equal(line.config.proxyMode, "nftables");
+  assert.ok(
+    line.warnings.some((w) => /--proxy-mode.*kube-proxy ignores it/.test(w)),
+    line.warnings.join("\n"),
+  );
+  assert.ok(!line.warnings.some((w) => /--hostname-override|--v\b/.test(w)), line.warnings.join());
+});

@@ -205,3 +205,17 @@ Deno.test("main() stops with status 1 when the node cannot be set up, before pro
   assert.equal(seen, 1000);
   assert.match(stderr.join(""), /Cannot set conntrack parameters/);
 });
+
+Deno.test("main() --init-only sets the node up and exits 0 without proxying", async () => {
+  const { main } = await import("../../lib/commands/app.ts");
+  let calls = 0;
+  const code = await main(["--init-only", "--master=http://127.0.0.1:1"], {
+    setUpNode: () => (calls++, Promise.resolve()),
+    handleSignals: false,
+    setupLogging: false,
+    env: { readTextFile: () => "", hostname: () => "node-a" },
+    io: { stdout: () => {}, stderr: () => {} },
+  });
+  assert.equal(code, 0);
+  assert.equal(calls, 1);
+});
