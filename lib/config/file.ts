@@ -6,9 +6,10 @@
  */
 
 import { parse as parseYaml } from "yaml";
-import { joinHostPort, parseIP } from "../core/ip.ts";
+import { parseIP } from "../core/ip.ts";
 import type { Config } from "./types.ts";
 import {
+  appendPortIfNeeded,
   ConfigError,
   fail,
   type Origins,
@@ -150,12 +151,6 @@ const IGNORED_TREE: FileSchema = { "*": IGNORED };
 const HEALTHZ_PORT = 10256;
 const METRICS_PORT = 10249;
 
-/** An address without a port gets `port`, as v1alpha1's defaulting (AppendPortIfNeeded). */
-function withPort(address: string, port: number): string {
-  const ip = parseIP(address);
-  return ip === undefined ? address : joinHostPort(address, port);
-}
-
 /**
  * The servers' defaults follow an IPv6 bindAddress, as v1alpha1's defaulting
  * (getDefaultAddresses): `[::]:10256` and `[::1]:10249` when the file leaves
@@ -213,11 +208,11 @@ const FILE_SCHEMA: FileSchema = {
   bindAddress: stringField("bindAddress", (c, v, f) => (c.bindAddress = toIP(v, f))),
   healthzBindAddress: stringField(
     "healthzBindAddress",
-    (c, v, f) => (c.healthzBindAddress = toHostPort(withPort(v, HEALTHZ_PORT), f)),
+    (c, v, f) => (c.healthzBindAddress = toHostPort(appendPortIfNeeded(v, HEALTHZ_PORT), f)),
   ),
   metricsBindAddress: stringField(
     "metricsBindAddress",
-    (c, v, f) => (c.metricsBindAddress = toHostPort(withPort(v, METRICS_PORT), f)),
+    (c, v, f) => (c.metricsBindAddress = toHostPort(appendPortIfNeeded(v, METRICS_PORT), f)),
   ),
   bindAddressHardFail: IGNORED,
   enableProfiling: IGNORED,

@@ -10,6 +10,7 @@ import type { Config } from "./types.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { featureGatesHelp } from "./gates.ts";
 import {
+  appendPortIfNeeded,
   ConfigError,
   IPTABLES_BACKENDS,
   toBool,
@@ -215,7 +216,11 @@ const FLAGS: readonly FlagSpec[] = [
     key: "healthzBindAddress",
     help: "The IP address with port for the health check server to serve on ([::]:10256 for all " +
       "IPv6 interfaces). Set empty to disable.",
-    apply: (c, raw, field) => (c.healthzBindAddress = toHostPort(raw, field)),
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.healthzBindAddress = toHostPort(appendPortIfNeeded(raw, 10256), field)),
   },
   {
     name: "metrics-bind-address",
@@ -224,7 +229,11 @@ const FLAGS: readonly FlagSpec[] = [
     key: "metricsBindAddress",
     help: "The IP address with port for the metrics server to serve on (0.0.0.0:10249 for all " +
       "IPv4 interfaces). Set empty to disable.",
-    apply: (c, raw, field) => (c.metricsBindAddress = toHostPort(raw, field)),
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.metricsBindAddress = toHostPort(appendPortIfNeeded(raw, 10249), field)),
   },
   {
     name: "cluster-cidr",

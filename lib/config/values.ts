@@ -9,7 +9,7 @@
 import type { PortRange, ProxyMode, SyncPeriodSection } from "./types.ts";
 import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
-import { parseCIDR, parseIP } from "../core/ip.ts";
+import { joinHostPort, parseCIDR, parseIP } from "../core/ip.ts";
 import { isInterfaceName } from "../core/interface_name.ts";
 import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
@@ -151,6 +151,11 @@ export function toPortRange(raw: string, field: string): PortRange {
     fail(field, `${quote(raw)} is not a port range FIRST-LAST (e.g. 30000-32767)`);
   }
   return { first, last };
+}
+
+/** An address without a port gets `port`, as kube-proxy's AppendPortIfNeeded. */
+export function appendPortIfNeeded(address: string, port: number): string {
+  return parseIP(address) === undefined ? address : joinHostPort(address, port);
 }
 
 /** `IP:port` or `[IPv6]:port`; "" (disabled) is allowed. */

@@ -614,13 +614,6 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ],
   ["bad bind address", ["--bind-address=0.0.0.0:80"], undefined, "--bind-address"],
   [
-    "healthz without port",
-    ["--healthz-bind-address=0.0.0.0"],
-    undefined,
-    "--healthz-bind-address",
-    /IP:port/,
-  ],
-  [
     "healthz bad port",
     ["--healthz-bind-address=0.0.0.0:99999"],
     undefined,

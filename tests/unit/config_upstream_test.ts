@@ -200,6 +200,12 @@ Deno.test("--healthz-port and --metrics-port: 0 disables, another port changes n
   });
 });
 
+Deno.test("--healthz-bind-address and --metrics-bind-address take an IP without a port", () => {
+  const { config } = parse(["--healthz-bind-address=127.0.0.1", "--metrics-bind-address=::1"]);
+  assert.equal(config.healthzBindAddress, "127.0.0.1:10256");
+  assert.equal(config.metricsBindAddress, "[::1]:10249");
+});
+
 Deno.test("--write-config-to is refused: kproxy writes no file", () => {
   assert.throws(
     () => parse(["--write-config-to=/tmp/x.yaml"]),
