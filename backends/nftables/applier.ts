@@ -105,7 +105,7 @@ class NftablesBackend implements Backend {
   #renderOptions(generation: number): RenderOptions {
     return {
       table: this.#table,
-      masqueradeMark: 1 << this.#config.iptables.masqueradeBit,
+      masqueradeMark: 1 << this.#config.nftables.masqueradeBit,
       generation,
       dropInvalid: !this.#config.conntrack.tcpBeLiberal,
     };

@@ -45,7 +45,7 @@ export function defaultConfig(hostname: string): Config {
       localhostNodePorts: false,
       backend: "auto",
     },
-    nftables: { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 },
+    nftables: { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000, masqueradeBit: 14 },
     ipvs: {
       syncPeriodMs: 30_000,
       minSyncPeriodMs: 0,

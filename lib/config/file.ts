@@ -258,7 +258,10 @@ const FILE_SCHEMA: FileSchema = {
     masqueradeAll: boolField("masqueradeAll", (c, v) => {
       if (c.proxyMode === "nftables") c.masqueradeAll = v;
     }),
-    masqueradeBit: IGNORED,
+    masqueradeBit: intField(
+      "nftables.masqueradeBit",
+      (c, v, f) => (c.nftables.masqueradeBit = toMasqueradeBit(v, f)),
+    ),
     syncPeriod: durationField("nftables.syncPeriodMs", (c, ms) => (c.nftables.syncPeriodMs = ms)),
     minSyncPeriod: durationField(
       "nftables.minSyncPeriodMs",

@@ -76,7 +76,10 @@ export interface Config {
     /** "auto", "nft" or "legacy": which iptables binaries to use. */
     backend: "auto" | "nft" | "legacy";
   };
-  nftables: SyncPeriods;
+  nftables: SyncPeriods & {
+    /** nftables.masqueradeBit (no flag, as in kube-proxy). @default {14} */
+    masqueradeBit: number;
+  };
   ipvs: SyncPeriods & {
     scheduler: string;
     strictARP: boolean;

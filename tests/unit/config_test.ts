@@ -318,7 +318,7 @@ logging:
       localhostNodePorts: true,
       backend: "auto",
     },
-    nftables: { syncPeriodMs: 20_000, minSyncPeriodMs: 3_000 },
+    nftables: { syncPeriodMs: 20_000, minSyncPeriodMs: 3_000, masqueradeBit: 14 },
     ipvs: {
       syncPeriodMs: 40_000,
       minSyncPeriodMs: 4_000,
@@ -501,7 +501,11 @@ Deno.test("parseCommandLine() reads the deploy and systemd configs shipped in sc
     { "/etc/kproxy/config.yaml": dedented },
   );
   assert.equal(daemonSet.config.hostnameOverride, "node-b");
-  assert.deepEqual(daemonSet.config.nftables, { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 });
+  assert.deepEqual(daemonSet.config.nftables, {
+    syncPeriodMs: 30_000,
+    minSyncPeriodMs: 1_000,
+    masqueradeBit: 14,
+  });
 });
 
 /** [name, argv, file text or undefined, field, message pattern]. */

@@ -226,3 +226,11 @@ Deno.test("a flag kube-proxy would ignore beside --config is applied, with a war
   );
   assert.ok(!line.warnings.some((w) => /--hostname-override|--v\b/.test(w)), line.warnings.join());
 });
+
+Deno.test("nftables.masqueradeBit is the nftables mode's; --iptables-masquerade-bit is not", () => {
+  const file = parse([], `${HEADER}mode: nftables\nnftables:\n  masqueradeBit: 5\n`).config;
+  assert.equal(file.nftables.masqueradeBit, 5);
+  const flag = parse(["--proxy-mode=nftables", "--iptables-masquerade-bit=3"]).config;
+  assert.equal(flag.nftables.masqueradeBit, 14);
+  assert.equal(flag.iptables.masqueradeBit, 3);
+});
