@@ -234,3 +234,9 @@ Deno.test("nftables.masqueradeBit is the nftables mode's; --iptables-masquerade-
   assert.equal(flag.nftables.masqueradeBit, 14);
   assert.equal(flag.iptables.masqueradeBit, 3);
 });
+
+Deno.test("--bind-address reaches the planner as the node IP override", async () => {
+  const { plannerOptionsFrom } = await import("../../lib/commands/app.ts");
+  const options = plannerOptionsFrom(parse(["--bind-address=10.0.0.5"]).config, []);
+  assert.equal(options.bindAddress, "10.0.0.5");
+});
