@@ -404,7 +404,8 @@ const FLAGS: readonly FlagSpec[] = [
     type: "duration",
     key: "iptables.syncPeriodMs",
     help: "An interval (e.g. '5s', '1m', '2h22m') indicating how frequently various " +
-      "re-synchronizing and cleanup operations are performed. Must be greater than 0.",
+      "re-synchronizing and cleanup operations are performed. Must be greater than 0. " +
+      "Used by every mode but ipvs, as in kube-proxy.",
     apply: (c, raw, field) => (c.iptables.syncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -413,7 +414,8 @@ const FLAGS: readonly FlagSpec[] = [
     type: "duration",
     key: "iptables.minSyncPeriodMs",
     help: "The minimum period between iptables rule resyncs (e.g. '5s', '1m', '2h22m'). 0 " +
-      "means every Service or EndpointSlice change results in an immediate resync.",
+      "means every Service or EndpointSlice change results in an immediate resync. Used by " +
+      "every mode but ipvs, as in kube-proxy.",
     apply: (c, raw, field) => (c.iptables.minSyncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -456,8 +458,8 @@ const FLAGS: readonly FlagSpec[] = [
     group: "nftables",
     type: "duration",
     key: "nftables.syncPeriodMs",
-    help: "How often nftables rules are fully re-synchronized (e.g. '5s', '1m'). Must be greater " +
-      "than 0.",
+    help: "kproxy: the nftables mode's sync period, over --iptables-sync-period (e.g. '5s', " +
+      "'1m'). Must be greater than 0.",
     apply: (c, raw, field) => (c.nftables.syncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -465,8 +467,8 @@ const FLAGS: readonly FlagSpec[] = [
     group: "nftables",
     type: "duration",
     key: "nftables.minSyncPeriodMs",
-    help: "The minimum period between nftables rule resyncs. 0 means every change results in an " +
-      "immediate resync.",
+    help: "kproxy: the nftables mode's minimum period between resyncs, over " +
+      "--iptables-min-sync-period. 0 means every change results in an immediate resync.",
     apply: (c, raw, field) => (c.nftables.minSyncPeriodMs = toDuration(raw, field)),
   },
   {
