@@ -178,9 +178,16 @@ export function modeOf(mode: ProxyMode): ModeDescriptor {
 
 /** The programs `mode` runs: its backend's, and `conntrack` when the shell reconciles after it. */
 export function programsOf(mode: ProxyMode): readonly string[] {
-  const { programs, reconcilesConntrack } = modeOf(mode);
-  return reconcilesConntrack ? [...programs, "conntrack"] : programs;
+  const { programs, reconcilesConntrack, platform } = modeOf(mode);
+  return [
+    ...programs,
+    ...(reconcilesConntrack ? ["conntrack"] : []),
+    ...(platform === "linux" ? NODE_SETUP_PROGRAMS : []),
+  ].filter((program, i, all) => all.indexOf(program) === i);
 }
+
+/** What the start-up on Linux runs in every mode: conntrack sysctls, and choom for the OOM score. */
+const NODE_SETUP_PROGRAMS: readonly string[] = ["sysctl", "choom"];
 
 /** Thrown when a mode's backend cannot be loaded or created. */
 export class BackendLoadError extends Error {

@@ -198,6 +198,8 @@ class Demo {
         "--ignore-env",
         "main.ts",
         "--proxy-mode=nftables",
+        // The demo's node is a network namespace: nf_conntrack_max is the host's.
+        "--conntrack-max-per-core=0",
         "--manifests",
         this.#workDir!,
         "--hostname-override",

@@ -16,7 +16,6 @@ import { isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
 import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
-import { setSysctls } from "../../lib/shell/sysctl.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
 import { parseTableList, renderDeleteTable, renderFull } from "./render.ts";
@@ -59,15 +58,6 @@ export interface NftablesBackendOptions {
 }
 
 /**
- * Kernel parameters kube-proxy sets that kproxy has configuration for.
- * Upstream also sets nf_conntrack_max and the TCP established / close-wait
- * timeouts; kproxy has no configuration fields for them yet.
- */
-function conntrackSysctls(config: Config): Record<string, string> {
-  return config.conntrack.tcpBeLiberal ? { "net.netfilter.nf_conntrack_tcp_be_liberal": "1" } : {};
-}
-
-/**
  * Creates the nftables backend.
  *
  * @example Usage
@@ -93,7 +83,6 @@ class NftablesBackend implements Backend {
   #applied = new Map<IpFamily, Plan>();
   #needFull = true;
   #generation = 0;
-  #sysctlsDone = false;
   readonly #skeleton: SkeletonCheck;
   readonly #replacedTables: readonly string[];
   /** Replaced tables still to delete with the next full write. */
@@ -116,7 +105,7 @@ class NftablesBackend implements Backend {
   #renderOptions(generation: number): RenderOptions {
     return {
       table: this.#table,
-      masqueradeMark: 1 << this.#config.iptables.masqueradeBit,
+      masqueradeMark: 1 << this.#config.nftables.masqueradeBit,
       generation,
       dropInvalid: !this.#config.conntrack.tcpBeLiberal,
     };
@@ -138,10 +127,6 @@ class NftablesBackend implements Backend {
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {
-    if (!this.#sysctlsDone) {
-      await setSysctls(this.#executor, conntrackSysctls(this.#config));
-      this.#sysctlsDone = true;
-    }
     const plans = request.plans.filter((plan) => this.#families.has(plan.family));
     const generation = this.#generation + 1;
     const options = this.#renderOptions(generation);

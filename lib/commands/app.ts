@@ -24,6 +24,7 @@ import { systemClock } from "../shell/clock.ts";
 import { DenoExecutor } from "../shell/exec.ts";
 import type { Executor } from "../core/executor.ts";
 import { ProxyHealth } from "../shell/health.ts";
+import { setUpNode } from "../shell/node_setup.ts";
 import { ServiceHealthServers, startHealthServer } from "../shell/servers.ts";
 import type { HttpServer } from "../shell/http_server.ts";
 import { ConnectionLimit } from "../shell/connection_limit.ts";
@@ -96,6 +97,12 @@ export interface AppOptions {
   serviceHealthHostname?: string;
   /** Called once `run` has started its servers, source and runner. */
   onStarted?: (app: RunningApp) => void;
+  /**
+   * Sets the node up before proxying, as kube-proxy does: conntrack sysctls and
+   * the OOM score. Defaults to {@linkcode setUpNode} on Linux, and to nothing
+   * when a backend or an executor is injected (tests leave the node alone).
+   */
+  setUpNode?: (config: Config, executor: Executor) => Promise<void>;
   /**
    * Loads the kernel demo's module (`scripts/demo.ts`, its `runDemo`), which
    * lives outside lib/; without it, or when it fails to load, `demo` prints
@@ -218,6 +225,12 @@ async function runCommand(commandLine: CommandLine, options: AppOptions): Promis
       return await runDiff(config, options);
     case "hand-back":
       return await runHandBack(config, options);
+    case "init-only": {
+      const executor = options.executor ??
+        new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+      await nodeSetupOf(config, options)?.(config, executor);
+      return 0;
+    }
     case "run":
       return config.cleanup ? await cleanup(config, options) : await runProxy(config, options);
   }
@@ -229,6 +242,7 @@ export function plannerOptionsFrom(config: Config, localAddresses: string[]): Pl
     nodeName: config.hostnameOverride,
     nodePortAddresses: config.nodePortAddresses,
     localAddresses,
+    bindAddress: config.bindAddress,
     clusterCIDRs: config.clusterCIDRs,
     detectLocalMode: config.detectLocalMode,
     bridgeInterface: config.bridgeInterface,
@@ -315,6 +329,17 @@ async function cleanup(config: Config, options: AppOptions): Promise<number> {
   return 0;
 }
 
+/** The node set-up to run: the injected one, else the real one on Linux unless a part is injected. */
+function nodeSetupOf(
+  config: Config,
+  options: AppOptions,
+): ((config: Config, executor: Executor) => Promise<void>) | undefined {
+  if (options.setUpNode !== undefined) return options.setUpNode;
+  const injected = options.backend !== undefined || options.executor !== undefined;
+  if (injected || modeOf(config.proxyMode).platform !== "linux") return undefined;
+  return (config, executor) => setUpNode({ config, executor });
+}
+
 async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
@@ -329,6 +354,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
     await backend.preflight?.();
   }
+  await nodeSetupOf(config, options)?.(config, executor);
   const source = options.source ?? await createSource(config);
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
   const leftovers = options.backend
@@ -363,6 +389,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     backend,
     tracker,
     plannerOptions: plannerOptionsFrom(config, localAddresses()),
+    readLocalAddresses: localAddresses,
     health,
     metrics,
     syncPeriodMs,

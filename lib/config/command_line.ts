@@ -13,9 +13,10 @@
 import type { Config } from "./types.ts";
 import { defaultConfig } from "./defaults.ts";
 import { applyConfigFile } from "./file.ts";
-import { flagLabel, FLAGS_BY_NAME, tokenize } from "./flags.ts";
+import { flagLabel, FLAGS_BY_NAME, type FlagSpec, tokenize } from "./flags.ts";
 import { validate } from "./validate.ts";
-import { ConfigError, type Origins, quote, toIP } from "./values.ts";
+import { ConfigError, type Origins, quote, toInt, toIP } from "./values.ts";
+import { resolveFeatureGates } from "./gates.ts";
 
 /** What {@linkcode parseCommandLine} needs from the outside world. */
 export interface ConfigEnvironment {
@@ -33,6 +34,7 @@ export type Command =
   | "explain"
   | "diff"
   | "hand-back"
+  | "init-only"
   | "version"
   | "help";
 
@@ -93,6 +95,8 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     return { command, config, args, flagsSet, warnings };
   }
 
+  // Requests only while parsing; resolveGates turns them into every gate's value.
+  config.featureGates = {};
   const configPath = options.findLast((t) => t.name === "config")?.value ?? "";
   if (configPath !== "") {
     let text: string;
@@ -107,6 +111,12 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
 
   for (const option of options) {
     const spec = FLAGS_BY_NAME.get(option.name);
+    if (configPath !== "" && spec !== undefined && ignoredByUpstreamWithConfig(spec)) {
+      warnings.push(
+        `Applying ${flagLabel(option.name)} although --config is given: kube-proxy ignores it ` +
+          "then, kproxy lets the command line override the file",
+      );
+    }
     if (!spec?.apply) {
       if (spec?.group === "Accepted for compatibility, ignored") {
         warnings.push(`Ignoring ${flagLabel(option.name)}: kproxy does not support it`);
@@ -117,8 +127,12 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     spec.apply(config, option.value, field);
     if (spec.key !== undefined) origins.set(spec.key, field);
   }
+  resolveGates(config, origins, warnings);
+  if (configPath === "") applyDeprecatedPorts(config, options, origins);
+  applyModeDefaults(config, origins, flagsSet);
   validate(config, origins);
 
+  if (options.findLast((t) => t.name === "init-only")?.value === "true") command = "init-only";
   const line: CommandLine = { command, config, args, flagsSet, warnings };
   const from = options.findLast((t) => t.name === "from")?.value;
   const node = options.findLast((t) => t.name === "node")?.value;
@@ -149,4 +163,84 @@ export function parseCommandLine(argv: string[], env: ConfigEnvironment): Comman
     }
   }
   return line;
+}
+
+/** Replaces the requested gates with every gate's value, as kube-proxy's SetFromMap does. */
+function resolveGates(config: Config, origins: Origins, warnings: string[]): void {
+  const resolved = resolveFeatureGates(config.featureGates);
+  const field = origins.get("featureGates") ?? "--feature-gates";
+  if (resolved.errors.length > 0) {
+    throw new ConfigError(field, `Invalid ${field}: ${resolved.errors.join("; ")}`);
+  }
+  for (const warning of resolved.warnings) warnings.push(`${field}: ${warning}`);
+  config.featureGates = resolved.gates;
+}
+
+/**
+ * What depends on the final mode, as kube-proxy 1.36 decides it: the
+ * nftables mode alone defaults nodePortAddresses to primary
+ * (platformApplyDefaults), and --iptables-sync-period and
+ * --iptables-min-sync-period set the periods of every mode but ipvs
+ * (processV1Alpha1Flags); kproxy's --nftables-* flags win over them.
+ */
+function applyModeDefaults(config: Config, origins: Origins, flagsSet: string[]): void {
+  if (config.proxyMode === "nftables" && config.nodePortAddresses.length === 0) {
+    config.nodePortAddresses = ["primary"];
+  }
+  if (config.proxyMode !== "nftables") return;
+  for (
+    const [period, key] of [["sync-period", "syncPeriodMs"], [
+      "min-sync-period",
+      "minSyncPeriodMs",
+    ]] as const
+  ) {
+    if (flagsSet.includes(`iptables-${period}`) && !flagsSet.includes(`nftables-${period}`)) {
+      config.nftables[key] = config.iptables[key];
+      origins.set(`nftables.${key}`, `--iptables-${period}`);
+    }
+  }
+}
+
+/** Flags kube-proxy still reads beside --config: everything else it takes from the file only. */
+const KEPT_WITH_CONFIG = new Set([
+  "config",
+  "hostname-override",
+  "master",
+  "cleanup",
+  "init-only",
+  "v",
+  "version",
+  "help",
+]);
+
+/** Whether kube-proxy 1.36 would drop this flag because --config is given (options.go Complete). */
+function ignoredByUpstreamWithConfig(spec: FlagSpec): boolean {
+  return !KEPT_WITH_CONFIG.has(spec.name) && !spec.help.startsWith("kproxy:") &&
+    spec.group !== "explain" && spec.group !== "Accepted for compatibility, ignored";
+}
+
+/**
+ * --healthz-port and --metrics-port without --config, as kube-proxy's
+ * addressFromDeprecatedFlags: 0 disables the server; any other port leaves the
+ * address as it is, since it always has a port (AppendPortIfNeeded).
+ */
+function applyDeprecatedPorts(
+  config: Config,
+  options: { name: string; value: string }[],
+  origins: Origins,
+): void {
+  const flags = [["healthz-port", "healthzBindAddress"], ["metrics-port", "metricsBindAddress"]];
+  for (const [flag, key] of flags as [string, "healthzBindAddress" | "metricsBindAddress"][]) {
+    const raw = options.findLast((t) => t.name === flag)?.value;
+    if (raw === undefined) continue;
+    const field = flagLabel(flag);
+    const port = toInt(raw, field);
+    if (port < 0 || port > 65535) {
+      throw new ConfigError(field, `Cannot parse ${field}: ${port} is not a port`);
+    }
+    if (port === 0) {
+      config[key] = "";
+      origins.set(key, field);
+    }
+  }
 }

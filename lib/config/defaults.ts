@@ -1,27 +1,13 @@
 /**
- * The configuration kproxy uses when no flag or file says otherwise, and the
- * feature gates it knows.
+ * The configuration kproxy uses when no flag or file says otherwise.
  *
  * @module
  */
 
 import type { Config, SyncPeriods } from "./types.ts";
 import { modeOf } from "../../backends/registry.ts";
-
-/** Feature gates kproxy knows, with upstream's defaults. Any other gate is an error. */
-export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = Object.freeze({
-  ServiceTopology: false,
-  TopologyAwareHints: true,
-  ServiceTrafficDistribution: true,
-  PreferSameTrafficDistribution: true,
-  WinDSR: false,
-  WinOverlay: true,
-  NFTablesProxyMode: true,
-  MultiCIDRServiceAllocator: true,
-  ProxyTerminatingEndpoints: true,
-  ServiceInternalTrafficPolicy: true,
-  KubeProxyDrainingTerminatingNodes: true,
-});
+import { defaultFeatureGates } from "./gates.ts";
+import { defaultProxyMode } from "./values.ts";
 
 /**
  * The configuration used when no flag or file says otherwise.
@@ -41,12 +27,12 @@ export function defaultConfig(hostname: string): Config {
     master: "",
     manifests: "",
     hostnameOverride: hostname.trim().toLowerCase(),
-    proxyMode: "nftables",
+    proxyMode: defaultProxyMode(),
     clusterCIDRs: [],
     detectLocalMode: "ClusterCIDR",
     bridgeInterface: "",
     interfaceNamePrefix: "",
-    nodePortAddresses: ["primary"],
+    nodePortAddresses: [],
     masqueradeAll: false,
     serviceCounters: true,
     bindAddress: "0.0.0.0",
@@ -59,10 +45,10 @@ export function defaultConfig(hostname: string): Config {
       localhostNodePorts: false,
       backend: "auto",
     },
-    nftables: { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 },
+    nftables: { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000, masqueradeBit: 14 },
     ipvs: {
       syncPeriodMs: 30_000,
-      minSyncPeriodMs: 1_000,
+      minSyncPeriodMs: 0,
       scheduler: "rr",
       strictARP: false,
       tcpTimeoutMs: 0,
@@ -70,11 +56,20 @@ export function defaultConfig(hostname: string): Config {
       udpTimeoutMs: 0,
     },
     winkernel: { sourceVip: "", enableDSR: false, networkName: "" },
-    conntrack: { tcpBeLiberal: false },
+    conntrack: {
+      maxPerCore: 32 * 1024,
+      min: 128 * 1024,
+      tcpEstablishedTimeoutMs: 24 * 3_600_000,
+      tcpCloseWaitTimeoutMs: 3_600_000,
+      tcpBeLiberal: false,
+      udpTimeoutMs: 0,
+      udpStreamTimeoutMs: 0,
+    },
+    oomScoreAdj: -999,
     serviceClusterIPRange: [],
     externalIPAllowedCIDRs: [],
     serviceNodePortRange: { first: 30000, last: 32767 },
-    featureGates: { ...FEATURE_GATE_DEFAULTS },
+    featureGates: defaultFeatureGates(),
     cleanup: false,
     verbosity: 0,
   };

@@ -6,15 +6,15 @@
  */
 
 import { parse as parseYaml } from "yaml";
+import { parseIP } from "../core/ip.ts";
 import type { Config } from "./types.ts";
 import {
-  checkGate,
+  appendPortIfNeeded,
   ConfigError,
   fail,
   type Origins,
   quote,
   splitList,
-  SYNC_PERIOD_SECTIONS,
   toCIDR,
   toDetectLocalMode,
   toDuration,
@@ -23,6 +23,8 @@ import {
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
+  toNonNegative,
+  toOomScoreAdj,
   toProxyMode,
   toScheduler,
   toVerbosity,
@@ -102,6 +104,21 @@ function durationField(key: string | string[], set: (c: Config, ms: number) => v
   });
 }
 
+/** A duration where an explicit zero counts (a pointer field upstream); null takes the default. */
+function zeroableDurationField(key: string, set: (c: Config, ms: number) => void): FileField {
+  return stringField(key, (config, value, field) => set(config, toDuration(value, field)));
+}
+
+/** An integer (a pointer field upstream): null takes the default, any number counts. */
+function intField(key: string, set: (c: Config, value: number, field: string) => void): FileField {
+  return {
+    key,
+    apply(config, value, field) {
+      if (value !== null && value !== undefined) set(config, expectInt(value, field), field);
+    },
+  };
+}
+
 function boolField(key: string, set: (c: Config, value: boolean) => void): FileField {
   return {
     key,
@@ -130,6 +147,20 @@ const IGNORED: FileField = {
 
 /** Any value and any sub-field: for blocks whose contents kproxy ignores. */
 const IGNORED_TREE: FileSchema = { "*": IGNORED };
+
+const HEALTHZ_PORT = 10256;
+const METRICS_PORT = 10249;
+
+/**
+ * The servers' defaults follow an IPv6 bindAddress, as v1alpha1's defaulting
+ * (getDefaultAddresses): `[::]:10256` and `[::1]:10249` when the file leaves
+ * them empty.
+ */
+function defaultServerAddresses(config: Config, object: Record<string, unknown>): void {
+  if (parseIP(config.bindAddress)?.family !== "IPv6") return;
+  if (isUnset(object.healthzBindAddress)) config.healthzBindAddress = `[::]:${HEALTHZ_PORT}`;
+  if (isUnset(object.metricsBindAddress)) config.metricsBindAddress = `[::1]:${METRICS_PORT}`;
+}
 
 const FILE_SCHEMA: FileSchema = {
   apiVersion: { apply: () => {} },
@@ -173,21 +204,20 @@ const FILE_SCHEMA: FileSchema = {
       config.nodePortAddresses = toNodePortAddresses(expectStringList(value, field), field);
     },
   },
-  masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
   serviceCounters: boolField("serviceCounters", (c, v) => (c.serviceCounters = v)),
   bindAddress: stringField("bindAddress", (c, v, f) => (c.bindAddress = toIP(v, f))),
   healthzBindAddress: stringField(
     "healthzBindAddress",
-    (c, v, f) => (c.healthzBindAddress = toHostPort(v, f)),
+    (c, v, f) => (c.healthzBindAddress = toHostPort(appendPortIfNeeded(v, HEALTHZ_PORT), f)),
   ),
   metricsBindAddress: stringField(
     "metricsBindAddress",
-    (c, v, f) => (c.metricsBindAddress = toHostPort(v, f)),
+    (c, v, f) => (c.metricsBindAddress = toHostPort(appendPortIfNeeded(v, METRICS_PORT), f)),
   ),
   bindAddressHardFail: IGNORED,
   enableProfiling: IGNORED,
   showHiddenMetricsForVersion: IGNORED,
-  oomScoreAdj: IGNORED,
+  oomScoreAdj: intField("oomScoreAdj", (c, v, f) => (c.oomScoreAdj = toOomScoreAdj(v, f))),
   portRange: IGNORED,
   configSyncPeriod: IGNORED,
   windowsRunAsService: IGNORED,
@@ -199,22 +229,14 @@ const FILE_SCHEMA: FileSchema = {
         fail(field, `want a map of gate: true|false, got ${typeName(value)}`);
       }
       for (const [name, enabled] of Object.entries(value as Record<string, unknown>)) {
-        checkGate(name, `${field}.${name}`);
         config.featureGates[name] = expectBool(enabled, `${field}.${name}`);
       }
     },
   },
-  syncPeriod: durationField(SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.syncPeriodMs`), (c, ms) => {
-    c.iptables.syncPeriodMs = c.nftables.syncPeriodMs = c.ipvs.syncPeriodMs = ms;
-  }),
-  minSyncPeriod: durationField(
-    SYNC_PERIOD_SECTIONS.map((mode) => `${mode}.minSyncPeriodMs`),
-    (c, ms) => {
-      c.iptables.minSyncPeriodMs = c.nftables.minSyncPeriodMs = c.ipvs.minSyncPeriodMs = ms;
-    },
-  ),
   iptables: {
-    masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
+    masqueradeAll: boolField("masqueradeAll", (c, v) => {
+      if (c.proxyMode !== "nftables") c.masqueradeAll = v;
+    }),
     masqueradeBit: {
       key: "iptables.masqueradeBit",
       apply(config, value, field) {
@@ -233,8 +255,13 @@ const FILE_SCHEMA: FileSchema = {
     ),
   },
   nftables: {
-    masqueradeAll: boolField("masqueradeAll", (c, v) => (c.masqueradeAll ||= v)),
-    masqueradeBit: IGNORED,
+    masqueradeAll: boolField("masqueradeAll", (c, v) => {
+      if (c.proxyMode === "nftables") c.masqueradeAll = v;
+    }),
+    masqueradeBit: intField(
+      "nftables.masqueradeBit",
+      (c, v, f) => (c.nftables.masqueradeBit = toMasqueradeBit(v, f)),
+    ),
     syncPeriod: durationField("nftables.syncPeriodMs", (c, ms) => (c.nftables.syncPeriodMs = ms)),
     minSyncPeriod: durationField(
       "nftables.minSyncPeriodMs",
@@ -260,12 +287,25 @@ const FILE_SCHEMA: FileSchema = {
   },
   conntrack: {
     tcpBeLiberal: boolField("conntrack.tcpBeLiberal", (c, v) => (c.conntrack.tcpBeLiberal = v)),
-    maxPerCore: IGNORED,
-    min: IGNORED,
-    tcpEstablishedTimeout: IGNORED,
-    tcpCloseWaitTimeout: IGNORED,
-    udpTimeout: IGNORED,
-    udpStreamTimeout: IGNORED,
+    maxPerCore: intField(
+      "conntrack.maxPerCore",
+      (c, v, f) => (c.conntrack.maxPerCore = toNonNegative(v, f)),
+    ),
+    min: intField("conntrack.min", (c, v, f) => (c.conntrack.min = toNonNegative(v, f))),
+    // Pointers in v1alpha1: null takes the default, an explicit 0s leaves the kernel's value.
+    tcpEstablishedTimeout: zeroableDurationField(
+      "conntrack.tcpEstablishedTimeoutMs",
+      (c, ms) => (c.conntrack.tcpEstablishedTimeoutMs = ms),
+    ),
+    tcpCloseWaitTimeout: zeroableDurationField(
+      "conntrack.tcpCloseWaitTimeoutMs",
+      (c, ms) => (c.conntrack.tcpCloseWaitTimeoutMs = ms),
+    ),
+    udpTimeout: durationField("conntrack.udpTimeoutMs", (c, ms) => (c.conntrack.udpTimeoutMs = ms)),
+    udpStreamTimeout: durationField(
+      "conntrack.udpStreamTimeoutMs",
+      (c, ms) => (c.conntrack.udpStreamTimeoutMs = ms),
+    ),
   },
   logging: {
     verbosity: {
@@ -291,7 +331,9 @@ function applyFileObject(
     const field = context.prefix === "" ? name : `${context.prefix}.${name}`;
     const spec = node[name] ?? node["*"];
     if (spec === undefined) {
-      throw new ConfigError(field, `Cannot parse --config: unknown field ${quote(field)}`);
+      // kube-proxy decodes leniently when strict decoding fails: unknown fields are dropped.
+      context.warnings.push(`Ignoring unknown field ${quote(field)} in --config`);
+      continue;
     }
     if (isFileField(spec)) {
       spec.apply(context.config, value, field, context.warnings);
@@ -342,5 +384,11 @@ export function applyConfigFile(
       }`,
     );
   }
-  applyFileObject(FILE_SCHEMA, object, { ...context, prefix: "" });
+  // The file's own mode picks the section of masqueradeAll, as v1alpha1's conversion does.
+  const { mode, ...rest } = object;
+  applyFileObject(FILE_SCHEMA, mode === undefined ? rest : { mode, ...rest }, {
+    ...context,
+    prefix: "",
+  });
+  defaultServerAddresses(context.config, object);
 }

@@ -8,8 +8,9 @@
 import { parseArgs } from "node:util";
 import type { Config } from "./types.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
-import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
+import { featureGatesHelp } from "./gates.ts";
 import {
+  appendPortIfNeeded,
   ConfigError,
   IPTABLES_BACKENDS,
   toBool,
@@ -24,6 +25,8 @@ import {
   toIP,
   toMasqueradeBit,
   toNodePortAddresses,
+  toNonNegative,
+  toOomScoreAdj,
   toPortRange,
   toProxyMode,
   toScheduler,
@@ -123,11 +126,9 @@ const FLAGS: readonly FlagSpec[] = [
     type: "mapStringBool",
     key: "featureGates",
     defaultText: "none: each gate at its own default",
-    help: "A set of key=value pairs that describe feature gates. Options are: " +
-      Object.entries(FEATURE_GATE_DEFAULTS)
-        .map(([name, enabled]) => `${name}=true|false (default=${enabled})`)
-        .join(", ") +
-      ".",
+    help: "A set of key=value pairs that describe feature gates for alpha/experimental " +
+      "features: every gate of Kubernetes 1.36 (an unknown one is logged and ignored). " +
+      `Each is Name=true|false. Options are: ${featureGatesHelp()}.`,
     apply: (c, raw, field) => Object.assign(c.featureGates, toGates(raw, field)),
   },
   {
@@ -137,6 +138,45 @@ const FLAGS: readonly FlagSpec[] = [
     key: "cleanup",
     help: "If true cleanup iptables, nftables and ipvs rules and exit.",
     apply: (c, raw, field) => (c.cleanup = toBool(raw, field)),
+  },
+  {
+    name: "init-only",
+    group: "General",
+    type: "",
+    defaultText: "false",
+    help: "If true, perform the initialization steps that need full root privileges (the " +
+      "conntrack sysctls and the OOM score), and then exit.",
+  },
+  {
+    name: "write-config-to",
+    group: "General",
+    type: "string",
+    defaultText: '""',
+    help: "Refused: kproxy writes no file. `kproxy --help` shows every default; " +
+      "docs/CONFIG.md the file's fields.",
+    apply: (_c, _raw, field) => {
+      throw new ConfigError(
+        field,
+        `Cannot parse ${field}: kproxy writes no file (its permissions allow none); ` +
+          "see --help and docs/CONFIG.md for the defaults",
+      );
+    },
+  },
+  {
+    name: "healthz-port",
+    group: "Networking",
+    type: "int32",
+    defaultText: "10256",
+    help: "Deprecated: 0 disables the health check server (another port changes nothing, as " +
+      "in kube-proxy); use --healthz-bind-address. Ignored with --config.",
+  },
+  {
+    name: "metrics-port",
+    group: "Networking",
+    type: "int32",
+    defaultText: "10249",
+    help: "Deprecated: 0 disables the metrics server (another port changes nothing, as in " +
+      "kube-proxy); use --metrics-bind-address. Ignored with --config.",
   },
   {
     name: "version",
@@ -176,7 +216,11 @@ const FLAGS: readonly FlagSpec[] = [
     key: "healthzBindAddress",
     help: "The IP address with port for the health check server to serve on ([::]:10256 for all " +
       "IPv6 interfaces). Set empty to disable.",
-    apply: (c, raw, field) => (c.healthzBindAddress = toHostPort(raw, field)),
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.healthzBindAddress = toHostPort(appendPortIfNeeded(raw, 10256), field)),
   },
   {
     name: "metrics-bind-address",
@@ -185,7 +229,11 @@ const FLAGS: readonly FlagSpec[] = [
     key: "metricsBindAddress",
     help: "The IP address with port for the metrics server to serve on (0.0.0.0:10249 for all " +
       "IPv4 interfaces). Set empty to disable.",
-    apply: (c, raw, field) => (c.metricsBindAddress = toHostPort(raw, field)),
+    apply: (
+      c,
+      raw,
+      field,
+    ) => (c.metricsBindAddress = toHostPort(appendPortIfNeeded(raw, 10249), field)),
   },
   {
     name: "cluster-cidr",
@@ -202,7 +250,7 @@ const FLAGS: readonly FlagSpec[] = [
     type: "LocalMode",
     key: "detectLocalMode",
     help: "Mode to use to detect local traffic: ClusterCIDR, NodeCIDR, BridgeInterface or " +
-      "InterfaceNamePrefix. Empty means no detection.",
+      "InterfaceNamePrefix. Empty means ClusterCIDR.",
     apply: (c, raw, field) => (c.detectLocalMode = toDetectLocalMode(raw, field)),
   },
   {
@@ -229,8 +277,10 @@ const FLAGS: readonly FlagSpec[] = [
     type: "strings",
     key: "nodePortAddresses",
     help: "A list of CIDR ranges that contain valid node IPs, or the single string 'primary'. " +
-      "NodePort connections are accepted only on node IPs in these ranges, or on the node's " +
-      "primary IP(s). Set empty to accept them on all local IPs.",
+      "NodePort connections are accepted only on node IPs in these ranges (for an IP family " +
+      "with no range: on all its local IPs), or on the node's primary IP(s) from the Node " +
+      "object (or --bind-address). Empty: all local IPs in the iptables and ipvs modes, " +
+      "'primary' in the nftables mode.",
     apply: (c, raw, field) => (c.nodePortAddresses = toNodePortAddresses(raw, field)),
   },
   {
@@ -249,6 +299,65 @@ const FLAGS: readonly FlagSpec[] = [
     help: "Enable liberal mode for tracking TCP packets by setting nf_conntrack_tcp_be_liberal " +
       "to 1.",
     apply: (c, raw, field) => (c.conntrack.tcpBeLiberal = toBool(raw, field)),
+  },
+  {
+    name: "conntrack-max-per-core",
+    group: "Networking",
+    type: "int32",
+    key: "conntrack.maxPerCore",
+    help: "Maximum number of NAT connections to track per CPU core (0 to leave the limit as-is " +
+      "and ignore conntrack-min).",
+    apply: (c, raw, field) => (c.conntrack.maxPerCore = toNonNegative(toInt(raw, field), field)),
+  },
+  {
+    name: "conntrack-min",
+    group: "Networking",
+    type: "int32",
+    key: "conntrack.min",
+    help: "Minimum number of conntrack entries to allocate, regardless of " +
+      "conntrack-max-per-core (set conntrack-max-per-core=0 to leave the limit as-is).",
+    apply: (c, raw, field) => (c.conntrack.min = toNonNegative(toInt(raw, field), field)),
+  },
+  {
+    name: "conntrack-tcp-timeout-established",
+    group: "Networking",
+    type: "duration",
+    key: "conntrack.tcpEstablishedTimeoutMs",
+    help: "Idle timeout for established TCP connections (0 to leave as-is).",
+    apply: (c, raw, field) => (c.conntrack.tcpEstablishedTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "conntrack-tcp-timeout-close-wait",
+    group: "Networking",
+    type: "duration",
+    key: "conntrack.tcpCloseWaitTimeoutMs",
+    help: "NAT timeout for TCP connections in the CLOSE_WAIT state (0 to leave as-is).",
+    apply: (c, raw, field) => (c.conntrack.tcpCloseWaitTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "conntrack-udp-timeout",
+    group: "Networking",
+    type: "duration",
+    key: "conntrack.udpTimeoutMs",
+    help: "Idle timeout for UNREPLIED UDP connections (0 to leave as-is).",
+    apply: (c, raw, field) => (c.conntrack.udpTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "conntrack-udp-timeout-stream",
+    group: "Networking",
+    type: "duration",
+    key: "conntrack.udpStreamTimeoutMs",
+    help: "Idle timeout for ASSURED UDP connections (0 to leave as-is).",
+    apply: (c, raw, field) => (c.conntrack.udpStreamTimeoutMs = toDuration(raw, field)),
+  },
+  {
+    name: "oom-score-adj",
+    group: "General",
+    type: "int32",
+    key: "oomScoreAdj",
+    help: "The oom-score-adj value for the kproxy process, set with choom at start (a failure " +
+      "is logged at -v=4). Values must be within the range [-1000, 1000].",
+    apply: (c, raw, field) => (c.oomScoreAdj = toOomScoreAdj(toInt(raw, field), field)),
   },
   {
     name: "service-cluster-ip-range",
@@ -295,7 +404,8 @@ const FLAGS: readonly FlagSpec[] = [
     type: "duration",
     key: "iptables.syncPeriodMs",
     help: "An interval (e.g. '5s', '1m', '2h22m') indicating how frequently various " +
-      "re-synchronizing and cleanup operations are performed. Must be greater than 0.",
+      "re-synchronizing and cleanup operations are performed. Must be greater than 0. " +
+      "Used by every mode but ipvs, as in kube-proxy.",
     apply: (c, raw, field) => (c.iptables.syncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -304,7 +414,8 @@ const FLAGS: readonly FlagSpec[] = [
     type: "duration",
     key: "iptables.minSyncPeriodMs",
     help: "The minimum period between iptables rule resyncs (e.g. '5s', '1m', '2h22m'). 0 " +
-      "means every Service or EndpointSlice change results in an immediate resync.",
+      "means every Service or EndpointSlice change results in an immediate resync. Used by " +
+      "every mode but ipvs, as in kube-proxy.",
     apply: (c, raw, field) => (c.iptables.minSyncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -347,8 +458,8 @@ const FLAGS: readonly FlagSpec[] = [
     group: "nftables",
     type: "duration",
     key: "nftables.syncPeriodMs",
-    help: "How often nftables rules are fully re-synchronized (e.g. '5s', '1m'). Must be greater " +
-      "than 0.",
+    help: "kproxy: the nftables mode's sync period, over --iptables-sync-period (e.g. '5s', " +
+      "'1m'). Must be greater than 0.",
     apply: (c, raw, field) => (c.nftables.syncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -356,8 +467,8 @@ const FLAGS: readonly FlagSpec[] = [
     group: "nftables",
     type: "duration",
     key: "nftables.minSyncPeriodMs",
-    help: "The minimum period between nftables rule resyncs. 0 means every change results in an " +
-      "immediate resync.",
+    help: "kproxy: the nftables mode's minimum period between resyncs, over " +
+      "--iptables-min-sync-period. 0 means every change results in an immediate resync.",
     apply: (c, raw, field) => (c.nftables.minSyncPeriodMs = toDuration(raw, field)),
   },
   {
@@ -473,20 +584,24 @@ const FLAGS: readonly FlagSpec[] = [
 const IGNORED_FLAGS: readonly { name: string; type: string }[] = [
   { name: "bind-address-hard-fail", type: "" },
   { name: "profiling", type: "" },
-  { name: "oom-score-adj", type: "int32" },
-  { name: "conntrack-max-per-core", type: "int32" },
-  { name: "conntrack-min", type: "int32" },
-  { name: "conntrack-tcp-timeout-established", type: "duration" },
-  { name: "conntrack-tcp-timeout-close-wait", type: "duration" },
-  { name: "conntrack-udp-timeout", type: "duration" },
-  { name: "conntrack-udp-timeout-stream", type: "duration" },
   { name: "config-sync-period", type: "duration" },
   { name: "kube-api-burst", type: "int32" },
   { name: "kube-api-qps", type: "float32" },
   { name: "kube-api-content-type", type: "string" },
   { name: "ipvs-exclude-cidrs", type: "strings" },
-  { name: "proxy-port-range", type: "string" },
   { name: "show-hidden-metrics-for-version", type: "string" },
+  { name: "log-flush-frequency", type: "duration" },
+  { name: "logging-format", type: "string" },
+  { name: "log-json-info-buffer-size", type: "quantity" },
+  { name: "log-json-split-stream", type: "" },
+  { name: "log-text-info-buffer-size", type: "quantity" },
+  { name: "log-text-split-stream", type: "" },
+  { name: "vmodule", type: "pattern=N,..." },
+  { name: "windows-service", type: "" },
+  { name: "root-hnsendpoint-name", type: "string" },
+  { name: "forward-healthcheck-vip", type: "" },
+  { name: "boot-id-file", type: "string" },
+  { name: "machine-id-file", type: "string" },
 ];
 
 export const ALL_FLAGS: readonly FlagSpec[] = [

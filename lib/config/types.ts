@@ -8,6 +8,7 @@
 
 import type { DetectLocalMode } from "../core/plan.ts";
 import type { ProxyMode } from "../../backends/registry.ts";
+import type { ConntrackSettings } from "../core/conntrack_sysctls.ts";
 
 export type { ProxyMode } from "../../backends/registry.ts";
 
@@ -75,7 +76,10 @@ export interface Config {
     /** "auto", "nft" or "legacy": which iptables binaries to use. */
     backend: "auto" | "nft" | "legacy";
   };
-  nftables: SyncPeriods;
+  nftables: SyncPeriods & {
+    /** nftables.masqueradeBit (no flag, as in kube-proxy). @default {14} */
+    masqueradeBit: number;
+  };
   ipvs: SyncPeriods & {
     scheduler: string;
     strictARP: boolean;
@@ -88,10 +92,10 @@ export interface Config {
     enableDSR: boolean;
     networkName: string;
   };
-  conntrack: {
-    /** --conntrack-tcp-be-liberal. */
-    tcpBeLiberal: boolean;
-  };
+  /** conntrack.* / --conntrack-*: set at start as kube-proxy does (0 leaves a value as is). */
+  conntrack: ConntrackSettings;
+  /** oomScoreAdj / --oom-score-adj, -1000..1000. @default {-999} */
+  oomScoreAdj: number;
   /** --service-cluster-ip-range (kproxy's own): used when no ServiceCIDR objects exist. */
   serviceClusterIPRange: string[];
   /** kproxy's own: when non-empty, externalIPs outside these CIDRs are ignored (CVE-2020-8554). */

@@ -8,7 +8,8 @@
 import type { Config } from "./types.ts";
 import { ipFamily } from "../core/ip.ts";
 import { flagLabel } from "./flags.ts";
-import { ConfigError, formatDuration, type Origins, SYNC_PERIOD_SECTIONS } from "./values.ts";
+import { ConfigError, formatDuration, type Origins } from "./values.ts";
+import { modeOf } from "../../backends/registry.ts";
 
 export function validate(config: Config, origins: Origins): void {
   const label = (key: string, flag: string) => origins.get(key) ?? flagLabel(flag);
@@ -38,16 +39,16 @@ export function validate(config: Config, origins: Origins): void {
       "required when the detect-local mode is InterfaceNamePrefix",
     );
   }
-  for (const mode of SYNC_PERIOD_SECTIONS) {
-    if (config[mode].syncPeriodMs <= 0) {
-      invalid(label(`${mode}.syncPeriodMs`, `${mode}-sync-period`), "must be greater than 0");
-    }
+  const section = modeOf(config.proxyMode).syncPeriods;
+  const periods = config[section];
+  if (periods.syncPeriodMs <= 0) {
+    invalid(label(`${section}.syncPeriodMs`, `${section}-sync-period`), "must be greater than 0");
   }
-  if (config.ipvs.minSyncPeriodMs > config.ipvs.syncPeriodMs) {
+  if (periods.minSyncPeriodMs > periods.syncPeriodMs) {
     invalid(
-      label("ipvs.minSyncPeriodMs", "ipvs-min-sync-period"),
-      `${formatDuration(config.ipvs.minSyncPeriodMs)} exceeds the sync period ${
-        formatDuration(config.ipvs.syncPeriodMs)
+      label(`${section}.minSyncPeriodMs`, `${section}-min-sync-period`),
+      `${formatDuration(periods.minSyncPeriodMs)} exceeds the sync period ${
+        formatDuration(periods.syncPeriodMs)
       }`,
     );
   }

@@ -9,9 +9,8 @@
 import type { PortRange, ProxyMode, SyncPeriodSection } from "./types.ts";
 import type { DetectLocalMode } from "../core/plan.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
-import { parseCIDR, parseIP } from "../core/ip.ts";
+import { joinHostPort, parseCIDR, parseIP } from "../core/ip.ts";
 import { isInterfaceName } from "../core/interface_name.ts";
-import { FEATURE_GATE_DEFAULTS } from "./defaults.ts";
 import { modeOf, PROXY_MODES } from "../../backends/registry.ts";
 
 /** A configuration problem; `field` names the flag (`--iptables-sync-period`) or file field (`iptables.syncPeriod`). */
@@ -154,6 +153,11 @@ export function toPortRange(raw: string, field: string): PortRange {
   return { first, last };
 }
 
+/** An address without a port gets `port`, as kube-proxy's AppendPortIfNeeded. */
+export function appendPortIfNeeded(address: string, port: number): string {
+  return parseIP(address) === undefined ? address : joinHostPort(address, port);
+}
+
 /** `IP:port` or `[IPv6]:port`; "" (disabled) is allowed. */
 export function toHostPort(raw: string, field: string): string {
   if (raw === "") return raw;
@@ -185,8 +189,16 @@ export function toChoice<T extends string>(choices: readonly T[], what: string) 
   };
 }
 
+/**
+ * The mode an empty `mode` / `--proxy-mode` means, as kube-proxy's
+ * platformApplyDefaults: iptables on Linux, kernelspace on Windows.
+ */
+export function defaultProxyMode(os: string = Deno.build.os): ProxyMode {
+  return os === "windows" ? "kernelspace" : "iptables";
+}
+
 export function toProxyMode(raw: string, field: string): ProxyMode {
-  return raw === "" ? "nftables" : toChoice(PROXY_MODES, "proxy mode")(raw, field);
+  return raw === "" ? defaultProxyMode() : toChoice(PROXY_MODES, "proxy mode")(raw, field);
 }
 
 /** An interface name or prefix ("" for none), as the renderers accept it. */
@@ -201,7 +213,8 @@ export function toInterfaceName(raw: string, field: string): string {
 }
 
 export function toDetectLocalMode(raw: string, field: string): DetectLocalMode {
-  return raw === "" ? "" : toChoice(DETECT_LOCAL_MODES, "detect-local mode")(raw, field);
+  // Empty is ClusterCIDR, as kube-proxy's platformApplyDefaults makes it.
+  return raw === "" ? "ClusterCIDR" : toChoice(DETECT_LOCAL_MODES, "detect-local mode")(raw, field);
 }
 
 export function toScheduler(raw: string, field: string): string {
@@ -213,20 +226,21 @@ export function toMasqueradeBit(value: number, field: string): number {
   return value;
 }
 
-export function toVerbosity(value: number, field: string): number {
-  if (value < 0) fail(field, `${value} must be 0 or more`);
+/** An integer that must not be negative (conntrack.maxPerCore, conntrack.min). */
+export function toNonNegative(value: number, field: string): number {
+  if (value < 0) fail(field, `${value} must be greater than or equal to 0`);
   return value;
 }
 
-export function checkGate(name: string, field: string): void {
-  if (!Object.hasOwn(FEATURE_GATE_DEFAULTS, name)) {
-    throw new ConfigError(
-      field,
-      `Cannot parse ${field}: unknown feature gate ${quote(name)} (known: ${
-        Object.keys(FEATURE_GATE_DEFAULTS).join(", ")
-      })`,
-    );
-  }
+/** oomScoreAdj: within [-1000, 1000], as kube-proxy validates it. */
+export function toOomScoreAdj(value: number, field: string): number {
+  if (value < -1000 || value > 1000) fail(field, `${value} must be within the range [-1000, 1000]`);
+  return value;
+}
+
+export function toVerbosity(value: number, field: string): number {
+  if (value < 0) fail(field, `${value} must be 0 or more`);
+  return value;
 }
 
 export function toGates(raw: string, field: string): Record<string, boolean> {
@@ -235,7 +249,6 @@ export function toGates(raw: string, field: string): Record<string, boolean> {
     const eq = pair.indexOf("=");
     if (eq < 0) fail(field, `${quote(pair)} is not name=true|false`);
     const name = pair.slice(0, eq).trim();
-    checkGate(name, field);
     gates[name] = toBool(pair.slice(eq + 1).trim(), field);
   }
   return gates;

@@ -22,6 +22,7 @@ import {
   isLoopback,
   parseCIDR,
   type ParsedCIDR,
+  specialAddress,
 } from "./ip.ts";
 import type { EndpointSlice, IpFamily, Node, Service, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";
@@ -44,10 +45,19 @@ const NODE_PORT_ADDRESSES_PRIMARY = "primary";
 /** The configuration values the planner needs. */
 export interface PlannerOptions {
   nodeName: string;
-  /** `["primary"]` or CIDRs; a family without CIDRs uses its primary address. */
+  /**
+   * `["primary"]` (the node IP of each family), CIDRs, or `[]` (all local
+   * addresses); a family without CIDRs, or without a node IP for primary,
+   * uses all its local addresses, as kube-proxy does.
+   */
   nodePortAddresses: string[];
-  /** The node's interface addresses, used to resolve CIDR nodePortAddresses. */
+  /** The node's interface addresses, used to resolve nodePortAddresses. */
   localAddresses: string[];
+  /**
+   * `--bind-address`: when not unspecified, the node IP of its family in place
+   * of the Node object's (kube-proxy's detectNodeIPs). @default {"0.0.0.0"}
+   */
+  bindAddress?: string;
   clusterCIDRs: string[];
   detectLocalMode: DetectLocalMode;
   bridgeInterface: string;
@@ -87,6 +97,8 @@ interface FamilyContext {
   serviceCIDRs: string[];
   /** The family's node port addresses (`Plan.nodePortAddresses`). */
   nodePortAddresses: string[];
+  /** The family's node IP, when known: --bind-address, else the Node object's. */
+  nodeIP?: string;
   /** The previous plan of the family, to log a cluster IP outside them once per change. */
   previous?: Plan;
 }
@@ -124,6 +136,7 @@ export function planNode(input: PlanInput): NodePlans {
       externalIPAllowed: parseCIDRs(options.externalIPAllowedCIDRs, family),
       serviceCIDRs: serviceCIDRs(family, state, options),
       nodePortAddresses: nodePortAddresses(family, options, node),
+      nodeIP: nodeIP(family, options, node),
       previous: previousPlan,
     };
     const { services, claims } = previousPlan !== undefined && replan !== undefined
@@ -287,9 +300,9 @@ function planService(
       service.loadBalancerSourceRanges.filter((cidr) => familyOfValidated(cidr) === family),
     )
     : [];
-  const allowFromLoadBalancerIPs = ctx.nodePortAddresses.some((ip) =>
-    sourceRanges.some((range) => cidrContains(range, ip))
-  );
+  const nodeIP = ctx.nodeIP;
+  const allowFromLoadBalancerIPs = nodeIP !== undefined &&
+    sourceRanges.some((range) => cidrContains(range, nodeIP));
   const healthCheckNodePort =
     service.type === "LoadBalancer" && service.externalTrafficPolicy === "Local"
       ? service.healthCheckNodePort
@@ -443,38 +456,46 @@ function localTrafficDetector(
 }
 
 /**
- * Node-port addresses of one family: the local addresses inside the family's
- * CIDRs, or, when the family has none, the node's primary address (its first
- * address of the family on the Node object, else the first local one). Never
- * loopback.
+ * The node IP of one family, as kube-proxy's detectNodeIPs: `--bind-address`
+ * when it is of the family and not unspecified, else the Node object's first
+ * address of the family; never loopback.
+ */
+function nodeIP(
+  family: IpFamily,
+  options: PlannerOptions,
+  node: Node | undefined,
+): string | undefined {
+  const bind = options.bindAddress;
+  const candidate = bind !== undefined && familyOfValidated(bind) === family &&
+      specialAddress(bind) !== "unspecified"
+    ? bind
+    : (node?.addresses ?? []).find((ip) => familyOfValidated(ip) === family);
+  return candidate === undefined || isLoopback(candidate) ? undefined : candidate;
+}
+
+/**
+ * Node-port addresses of one family, as kube-proxy resolves nodePortAddresses:
+ * for `primary`, the family's node IP; otherwise the local addresses inside
+ * the family's CIDRs. A family with no CIDR, or no node IP for `primary`,
+ * accepts on all its local addresses. Never loopback.
  */
 function nodePortAddresses(
   family: IpFamily,
   options: PlannerOptions,
   node: Node | undefined,
 ): string[] {
-  const cidrs = parseCIDRs(
-    options.nodePortAddresses.filter((v) => v !== NODE_PORT_ADDRESSES_PRIMARY),
-    family,
-  );
   const localOfFamily = options.localAddresses.filter((ip) => familyOfValidated(ip) === family);
-  let candidates: string[];
-  if (cidrs.length > 0) {
-    candidates = localOfFamily.filter((ip) => cidrs.some((cidr) => cidrContains(cidr, ip)));
+  let candidates = localOfFamily;
+  if (options.nodePortAddresses.includes(NODE_PORT_ADDRESSES_PRIMARY)) {
+    const primary = nodeIP(family, options, node);
+    if (primary !== undefined) candidates = [primary];
   } else {
-    const primary = (node?.addresses ?? []).find((ip) => familyOfValidated(ip) === family) ??
-      localOfFamily.find((ip) => !isLoopback(ip));
-    candidates = primary === undefined ? [] : [primary];
-  }
-  const addresses: string[] = [];
-  for (const ip of candidates) {
-    if (isLoopback(ip)) {
-      logger.debug("Not capturing node ports on loopback address {ip}", { ip });
-    } else if (!addresses.includes(ip)) {
-      addresses.push(ip);
+    const cidrs = parseCIDRs(options.nodePortAddresses, family);
+    if (cidrs.length > 0) {
+      candidates = localOfFamily.filter((ip) => cidrs.some((cidr) => cidrContains(cidr, ip)));
     }
   }
-  return addresses;
+  return [...new Set(candidates.filter((ip) => !isLoopback(ip)))];
 }
 
 /** Service CIDRs of one family: from ServiceCIDR objects, else the configured range. */

@@ -313,6 +313,19 @@ const sysctlRule: ProgramRule = (args) => {
   return refuse(`sysctl may only read or set one net.* key, not "${args.join(" ")}"`);
 };
 
+/** choom sets kproxy's own OOM score, nothing else: `choom -n N -p <kproxy's pid>`. */
+const choomRule: ProgramRule = (args) => {
+  const [adjust, value = "", pid, target] = args;
+  const score = /^-?\d{1,4}$/.test(value) ? Number(value) : NaN;
+  if (
+    args.length === 4 && adjust === "-n" && score >= -1000 && score <= 1000 && pid === "-p" &&
+    target === String(Deno.pid)
+  ) {
+    return OK;
+  }
+  return refuse(`choom may only set kproxy's own OOM score, not "${args.join(" ")}"`);
+};
+
 /** PowerShell runs the script on stdin; no script file, no encoded command. */
 const powershellRule: ProgramRule = (args) => {
   const bad = args.find((arg) => /^-(?:f|file|e|ec|encodedcommand)$/i.test(arg));
@@ -333,6 +346,7 @@ export const KPROXY_COMMAND_POLICY: CommandPolicy = Object.freeze({
   conntrack: conntrackRule,
   nfacct: nfacctRule,
   sysctl: sysctlRule,
+  choom: choomRule,
   "powershell.exe": powershellRule,
   pwsh: powershellRule,
 });

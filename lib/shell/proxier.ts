@@ -70,6 +70,12 @@ export interface ProxierOptions {
   backend: Backend;
   tracker: StateTracker;
   plannerOptions: PlannerOptions;
+  /**
+   * Reads the node's interface addresses; called on every sync, as kube-proxy
+   * calls GetNodeIPs, and a change replans every service port. Without it,
+   * `plannerOptions.localAddresses` stay as given.
+   */
+  readLocalAddresses?: () => string[];
   health: ProxyHealth;
   metrics: ProxyMetrics;
   /** The mode's sync period: full resync and drift check interval. */
@@ -106,7 +112,8 @@ export type SyncOutcome =
 export class Proxier {
   readonly #backend: Backend;
   readonly #tracker: StateTracker;
-  readonly #plannerOptions: PlannerOptions;
+  #plannerOptions: PlannerOptions;
+  readonly #readLocalAddresses?: () => string[];
   readonly #health: ProxyHealth;
   readonly #metrics: ProxyMetrics;
   readonly #syncPeriodMs: number;
@@ -131,6 +138,7 @@ export class Proxier {
     this.#backend = options.backend;
     this.#tracker = options.tracker;
     this.#plannerOptions = options.plannerOptions;
+    this.#readLocalAddresses = options.readLocalAddresses;
     this.#health = options.health;
     this.#metrics = options.metrics;
     this.#syncPeriodMs = options.syncPeriodMs;
@@ -205,6 +213,7 @@ export class Proxier {
     const oldestChangeAt = minDefined(change.oldestChangeAt, this.#pendingChangeAt);
     this.#pendingChangeAt = undefined;
 
+    this.#rereadLocalAddresses();
     let planned: NodePlans;
     try {
       planned = this.#plan(change);
@@ -324,6 +333,17 @@ export class Proxier {
       nodeIPs: [...addresses],
       families: families.sort().join(","),
     });
+  }
+
+  /** Takes the node's current addresses; a change replans every service port. */
+  #rereadLocalAddresses(): void {
+    if (this.#readLocalAddresses === undefined) return;
+    const now = this.#readLocalAddresses();
+    const before = this.#plannerOptions.localAddresses;
+    if (now.length === before.length && now.every((ip, i) => ip === before[i])) return;
+    logger.info("The node's addresses changed: {addresses}", { addresses: now.join(",") });
+    this.#plannerOptions = { ...this.#plannerOptions, localAddresses: now };
+    this.#replanAll = true;
   }
 
   #plan(change: StateChange): NodePlans {

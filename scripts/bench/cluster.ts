@@ -376,6 +376,7 @@ export function kproxyArgs(options: {
     `--kubeconfig=${options.kubeconfig}`,
     "--hostname-override=node-a",
     "--cluster-cidr=10.244.0.0/16",
+    "--conntrack-max-per-core=0",
     `--${options.mode}-min-sync-period=0s`,
     `--healthz-bind-address=${options.healthz ?? ""}`,
     `--metrics-bind-address=${options.metrics ?? ""}`,

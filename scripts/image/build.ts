@@ -54,6 +54,8 @@ export const DEBIAN_ROOTS: readonly string[] = [
   "nfacct",
   "nftables",
   "procps",
+  // choom, which sets kproxy's OOM score (--oom-score-adj)
+  "util-linux",
 ];
 
 /** Programs Debian provides through update-alternatives, with Debian's default (nft) choice. */

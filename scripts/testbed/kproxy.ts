@@ -337,6 +337,8 @@ export class KproxyProcess {
         "--proxy-mode=nftables",
         "--hostname-override=node-a",
         "--cluster-cidr=10.244.0.0/16",
+        // A network namespace cannot set the host's nf_conntrack_max (kind sets this too).
+        "--conntrack-max-per-core=0",
         "-v=2",
         ...options.args,
       ],

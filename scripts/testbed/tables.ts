@@ -170,7 +170,7 @@ export async function loadFreshRender(
   const script = [plans.ipv4, plans.ipv6].map((plan) =>
     renderFull(plan, {
       table: "kproxy",
-      masqueradeMark: 1 << config.iptables.masqueradeBit,
+      masqueradeMark: 1 << config.nftables.masqueradeBit,
       dropInvalid: !config.conntrack.tcpBeLiberal,
     }).toString()
   ).join("");

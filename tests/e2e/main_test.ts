@@ -338,6 +338,7 @@ type KernelMode = (typeof KERNEL_MODES)[number];
 function nodeFlags(mode: string, dir: string): string[] {
   return [
     `--proxy-mode=${mode}`,
+    "--conntrack-max-per-core=0",
     ...["--manifests", dir, "--hostname-override=node-a"],
     "--healthz-bind-address=127.0.0.1:0",
     "--metrics-bind-address=127.0.0.1:0",

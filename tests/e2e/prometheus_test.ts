@@ -53,6 +53,7 @@ async function withKproxy(fn: (app: RunningApp) => Promise<void>): Promise<void>
   let started: (app: RunningApp) => void = () => {};
   const running = new Promise<RunningApp>((resolve) => (started = resolve));
   const exit = main([
+    "--proxy-mode=nftables",
     "--manifests",
     MANIFESTS,
     "--hostname-override",

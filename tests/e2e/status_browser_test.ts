@@ -55,6 +55,7 @@ async function withRunningKproxy(
   const exited = main([
     ...["--manifests", manifests, "--hostname-override", "node-a"],
     "--cluster-cidr=10.244.0.0/16",
+    "--proxy-mode=nftables",
     "--nftables-min-sync-period=0s",
     "--healthz-bind-address=127.0.0.1:0",
     "--metrics-bind-address=127.0.0.1:0",

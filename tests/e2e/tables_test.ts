@@ -66,7 +66,11 @@ function packagedFlags(argv: string[]): string[] {
 }
 
 function kproxyArgs(mode: string, dir: string, extra: string[] = []): string[] {
-  return [`--proxy-mode=${mode}`, "--manifests", dir, "--hostname-override=node-a", ...extra];
+  return [
+    `--proxy-mode=${mode}`,
+    "--conntrack-max-per-core=0",
+    ...["--manifests", dir, "--hostname-override=node-a", ...extra],
+  ];
 }
 
 /** Runs `kproxy --cleanup` to the end; returns its stderr. */

@@ -68,7 +68,11 @@ async function inNode(topology: Topology, args: string[]): Promise<string> {
 const MODES: { name: string; flags: string[]; sysctl: string }[] = [
   {
     name: "nftables",
-    flags: ["--proxy-mode=nftables", "--conntrack-tcp-be-liberal=true"],
+    flags: [
+      "--proxy-mode=nftables",
+      "--conntrack-tcp-be-liberal=true",
+      "--conntrack-max-per-core=0",
+    ],
     sysctl: "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal",
   },
   {
@@ -76,6 +80,7 @@ const MODES: { name: string; flags: string[]; sysctl: string }[] = [
     name: "iptables (legacy)",
     flags: [
       "--proxy-mode=iptables",
+      "--conntrack-max-per-core=0",
       "--iptables-backend=legacy",
       "--iptables-localhost-nodeports=true",
     ],

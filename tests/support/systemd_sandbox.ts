@@ -16,7 +16,7 @@
  * and tty), ProtectKernelTunables (/proc/sys and /sys read-only),
  * ProtectKernelLogs (/proc/kmsg hidden), ProtectProc=invisible (a proc
  * instance with hidepid=invisible), ProtectHostname (a UTS namespace),
- * PrivateMounts (a mount namespace), UMask and LimitNOFILE.
+ * PrivateMounts (a mount namespace), UMask, LimitNOFILE and OOMScoreAdjust.
  *
  * Not reproduced: cgroup-based settings (DeviceAllow, IPAddressDeny), and the
  * mounts under /mnt, which belong to the machine's own tooling and are left
@@ -200,6 +200,12 @@ done
 umask "$UMASK"
 # LimitNOFILE, or the hard limit when this machine's is lower
 ulimit -n "$NOFILE" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+# OOMScoreAdjust, set while the shell still has CAP_SYS_RESOURCE and inherited by "$@"
+# (best effort: some kernels, as under gVisor, refuse the write with EIO)
+if [ -n "$OOM_SCORE_ADJ" ]; then
+  { echo "$OOM_SCORE_ADJ" > /proc/$$/oom_score_adj; } 2>/dev/null ||
+    echo "sandbox: OOMScoreAdjust=$OOM_SCORE_ADJ refused by this kernel" >&2
+fi
 exec "$@"
 `;
 
@@ -224,6 +230,7 @@ const REPRODUCED = new Set([
   "Restart",
   "RestartSec",
   "LimitNOFILE",
+  "OOMScoreAdjust",
   "UMask",
   "CapabilityBoundingSet",
   "AmbientCapabilities",
@@ -336,6 +343,7 @@ export async function sandboxed(
       RW_PATHS: (settings.get("ReadWritePaths") ?? []).join(" "),
       UMASK: last("UMask") ?? "0022",
       NOFILE: last("LimitNOFILE") ?? "1024",
+      OOM_SCORE_ADJ: last("OOMScoreAdjust") ?? "",
     },
   };
 }

@@ -133,6 +133,21 @@ Deno.test("commandRefusal() refuses arguments and scripts that name a file or ru
       { program: "ipvsadm", args: ["-C"] },
       /ipvsadm/,
     ],
+    [
+      "choom on another process",
+      { program: "choom", args: ["-n", "-1000", "-p", "1"] },
+      /own OOM score/,
+    ],
+    [
+      "choom running a command",
+      { program: "choom", args: ["-n", "0", "--", "sh", "-c", "id"] },
+      /own OOM score/,
+    ],
+    [
+      "choom out of range",
+      { program: "choom", args: ["-n", "-5000", "-p", String(Deno.pid)] },
+      /own OOM score/,
+    ],
     ["sysctl -p FILE", { program: "sysctl", args: ["-p", "/etc/shadow"] }, /net\.\* key/],
     [
       "sysctl kernel.core_pattern",
@@ -189,6 +204,7 @@ Deno.test("commandRefusal() refuses arguments and scripts that name a file or ru
 
 Deno.test("commandRefusal() allows the command shapes kproxy uses", () => {
   const allowed: Command[] = [
+    { program: "choom", args: ["-n", "-999", "-p", String(Deno.pid)] },
     { program: "nft", args: ["-f", "-"], stdin: "add table ip kproxy\n" },
     { program: "nft", args: ["-c", "-f", "-"], stdin: ["add table ip t\n", "add chain ip t c\n"] },
     { program: "nft", args: ["list", "set", "ip", "kproxy", "canary"] },
@@ -235,7 +251,7 @@ Deno.test("every command of every Linux backend passes the policy", async (t) =>
         proxyMode: mode,
         manifests,
         clusterCIDRs: ["10.244.0.0/16"],
-        conntrack: { tcpBeLiberal: true },
+        conntrack: { ...defaultConfig("node-a").conntrack, tcpBeLiberal: true },
       };
       config.ipvs = { ...config.ipvs, tcpTimeoutMs: 900_000, strictARP: true };
       const plans = await planOnce(config);

@@ -1,11 +1,8 @@
 import assert from "node:assert/strict";
 import { type CommandLine, parseCommandLine } from "../../lib/config/command_line.ts";
 import { ConfigError, formatDuration, parseDuration } from "../../lib/config/values.ts";
-import {
-  defaultConfig,
-  effectiveSyncPeriods,
-  FEATURE_GATE_DEFAULTS,
-} from "../../lib/config/defaults.ts";
+import { defaultConfig, effectiveSyncPeriods } from "../../lib/config/defaults.ts";
+import { defaultFeatureGates } from "../../lib/config/gates.ts";
 import { helpText } from "../../lib/config/help.ts";
 import type { Config, ProxyMode } from "../../lib/config/types.ts";
 
@@ -51,12 +48,12 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["master", ""],
     ["manifests", ""],
     ["hostnameOverride", "node-a"],
-    ["proxyMode", "nftables"],
+    ["proxyMode", "iptables"],
     ["clusterCIDRs", []],
     ["detectLocalMode", "ClusterCIDR"],
     ["bridgeInterface", ""],
     ["interfaceNamePrefix", ""],
-    ["nodePortAddresses", ["primary"]],
+    ["nodePortAddresses", []],
     ["masqueradeAll", false],
     ["serviceCounters", true],
     ["bindAddress", "0.0.0.0"],
@@ -70,7 +67,7 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["nftables.syncPeriodMs", 30_000],
     ["nftables.minSyncPeriodMs", 1_000],
     ["ipvs.syncPeriodMs", 30_000],
-    ["ipvs.minSyncPeriodMs", 1_000],
+    ["ipvs.minSyncPeriodMs", 0],
     ["ipvs.scheduler", "rr"],
     ["ipvs.strictARP", false],
     ["ipvs.tcpTimeoutMs", 0],
@@ -82,7 +79,7 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["conntrack.tcpBeLiberal", false],
     ["serviceClusterIPRange", []],
     ["externalIPAllowedCIDRs", []],
-    ["featureGates", { ...FEATURE_GATE_DEFAULTS }],
+    ["featureGates", defaultFeatureGates()],
     ["cleanup", false],
     ["verbosity", 0],
   ];
@@ -95,22 +92,6 @@ Deno.test("parseCommandLine() gives every field its default", () => {
   for (const [path, want] of cases) assert.deepEqual(get(line.config, path), want, path);
 });
 
-Deno.test("FEATURE_GATE_DEFAULTS holds upstream's defaults", () => {
-  assert.deepEqual(FEATURE_GATE_DEFAULTS, {
-    ServiceTopology: false,
-    TopologyAwareHints: true,
-    ServiceTrafficDistribution: true,
-    PreferSameTrafficDistribution: true,
-    WinDSR: false,
-    WinOverlay: true,
-    NFTablesProxyMode: true,
-    MultiCIDRServiceAllocator: true,
-    ProxyTerminatingEndpoints: true,
-    ServiceInternalTrafficPolicy: true,
-    KubeProxyDrainingTerminatingNodes: true,
-  });
-});
-
 /** [flag, value, config path, expected]: each runs as `--flag=value` and `--flag value`. */
 const FLAG_CASES: [string, string, string, unknown][] = [
   ["kubeconfig", "/etc/kube/proxy.conf", "kubeconfig", "/etc/kube/proxy.conf"],
@@ -121,7 +102,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["proxy-mode", "ipvs", "proxyMode", "ipvs"],
   ["proxy-mode", "kernelspace", "proxyMode", "kernelspace"],
   ["proxy-mode", "nftables", "proxyMode", "nftables"],
-  ["proxy-mode", "", "proxyMode", "nftables"],
+  ["proxy-mode", "", "proxyMode", "iptables"],
   ["cluster-cidr", "10.244.0.0/16", "clusterCIDRs", ["10.244.0.0/16"]],
   ["cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "clusterCIDRs", [
     "10.244.0.0/16",
@@ -131,7 +112,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["cluster-cidr", "", "clusterCIDRs", []],
   ["detect-local-mode", "NodeCIDR", "detectLocalMode", "NodeCIDR"],
   ["detect-local-mode", "ClusterCIDR", "detectLocalMode", "ClusterCIDR"],
-  ["detect-local-mode", "", "detectLocalMode", ""],
+  ["detect-local-mode", "", "detectLocalMode", "ClusterCIDR"],
   ["pod-bridge-interface", "cbr0", "bridgeInterface", "cbr0"],
   ["pod-interface-name-prefix", "veth", "interfaceNamePrefix", "veth"],
   ["nodeport-addresses", "primary", "nodePortAddresses", ["primary"]],
@@ -169,7 +150,7 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["network-name", "vxlan0", "winkernel.networkName", "vxlan0"],
   ["conntrack-tcp-be-liberal", "true", "conntrack.tcpBeLiberal", true],
   ["feature-gates", "ServiceTopology=true,WinDSR=true", "featureGates", {
-    ...FEATURE_GATE_DEFAULTS,
+    ...defaultFeatureGates(),
     ServiceTopology: true,
     WinDSR: true,
   }],
@@ -231,10 +212,10 @@ Deno.test("parseCommandLine() merges repeated --feature-gates, the last value wi
   const { config } = parse([
     "--feature-gates=ServiceTopology=true",
     "--feature-gates",
-    "TopologyAwareHints=false,ServiceTopology=false",
+    "NativeHistograms=true,ServiceTopology=false",
   ]);
   assert.equal(config.featureGates.ServiceTopology, false);
-  assert.equal(config.featureGates.TopologyAwareHints, false);
+  assert.equal(config.featureGates.NativeHistograms, true);
   assert.equal(config.featureGates.WinOverlay, true);
 });
 
@@ -329,7 +310,7 @@ logging:
     bindAddress: "192.168.0.7",
     healthzBindAddress: "192.168.0.7:10256",
     metricsBindAddress: "0.0.0.0:10249",
-    featureGates: { ...FEATURE_GATE_DEFAULTS, ServiceTopology: true },
+    featureGates: { ...defaultFeatureGates(), ServiceTopology: true },
     iptables: {
       syncPeriodMs: 10_000,
       minSyncPeriodMs: 2_000,
@@ -337,7 +318,7 @@ logging:
       localhostNodePorts: true,
       backend: "auto",
     },
-    nftables: { syncPeriodMs: 20_000, minSyncPeriodMs: 3_000 },
+    nftables: { syncPeriodMs: 20_000, minSyncPeriodMs: 3_000, masqueradeBit: 14 },
     ipvs: {
       syncPeriodMs: 40_000,
       minSyncPeriodMs: 4_000,
@@ -348,7 +329,7 @@ logging:
       udpTimeoutMs: 300_000,
     },
     winkernel: { sourceVip: "10.0.0.250", enableDSR: false, networkName: "l2bridge" },
-    conntrack: { tcpBeLiberal: true },
+    conntrack: { ...defaultConfig("Node-A").conntrack, tcpBeLiberal: true },
     verbosity: 2,
   });
   assert.deepEqual(config, want);
@@ -434,34 +415,18 @@ winkernel:
 });
 
 Deno.test("parseCommandLine() warns about upstream fields and flags kproxy ignores", () => {
-  const file = HEADER + "conntrack:\n  maxPerCore: 32768\noomScoreAdj: -999\n";
-  const { warnings } = parse(["--config=/c", "--profiling", "--conntrack-min=131072"], {
+  const file = HEADER + "conntrack:\n  maxPerCore: 32768\nenableProfiling: true\n";
+  const { warnings, config } = parse(["--config=/c", "--profiling", "--conntrack-min=131072"], {
     "/c": file,
   });
   assert.deepEqual(warnings, [
-    "Ignoring conntrack.maxPerCore in --config: kproxy does not support it",
-    "Ignoring oomScoreAdj in --config: kproxy does not support it",
+    "Ignoring enableProfiling in --config: kproxy does not support it",
     "Ignoring --profiling: kproxy does not support it",
-    "Ignoring --conntrack-min: kproxy does not support it",
+    "Applying --conntrack-min although --config is given: kube-proxy ignores it then, kproxy " +
+    "lets the command line override the file",
   ]);
-});
-
-Deno.test("parseCommandLine() applies top-level syncPeriod to every mode, per-mode values winning", () => {
-  const file = HEADER + "syncPeriod: 1m\nminSyncPeriod: 5s\nipvs:\n  syncPeriod: 2m\n";
-  const { config } = parse(["--config=/c"], { "/c": file });
-  assert.deepEqual(config.nftables, { syncPeriodMs: 60_000, minSyncPeriodMs: 5_000 });
-  assert.equal(config.iptables.syncPeriodMs, 60_000);
-  assert.equal(config.ipvs.syncPeriodMs, 120_000);
-  assert.equal(config.ipvs.minSyncPeriodMs, 5_000);
-});
-
-Deno.test("parseCommandLine() masquerades all when any of the file's masqueradeAll fields is set", () => {
-  for (const field of ["masqueradeAll: true", "iptables:\n  masqueradeAll: true"]) {
-    const { config } = parse(["--config=/c"], { "/c": `${HEADER}${field}\n` });
-    assert.equal(config.masqueradeAll, true, field);
-  }
-  const nft = `${HEADER}nftables:\n  masqueradeAll: true\n`;
-  assert.equal(parse(["--config=/c"], { "/c": nft }).config.masqueradeAll, true);
+  assert.equal(config.conntrack.maxPerCore, 32768);
+  assert.equal(config.conntrack.min, 131072);
 });
 
 Deno.test("parseCommandLine() reads serviceCounters from the file, and the flag overrides it", () => {
@@ -487,7 +452,7 @@ iptables:
   masqueradeBit: 3
 featureGates:
   ServiceTopology: true
-  WinOverlay: false
+  NativeHistograms: true
 logging:
   verbosity: 1
 `;
@@ -507,7 +472,7 @@ logging:
   assert.equal(config.iptables.syncPeriodMs, 5_000);
   assert.equal(config.iptables.masqueradeBit, 3);
   assert.equal(config.featureGates.ServiceTopology, false);
-  assert.equal(config.featureGates.WinOverlay, false);
+  assert.equal(config.featureGates.NativeHistograms, true);
   assert.equal(config.verbosity, 6);
   assert.deepEqual(line.flagsSet, [
     "proxy-mode",
@@ -536,7 +501,11 @@ Deno.test("parseCommandLine() reads the deploy and systemd configs shipped in sc
     { "/etc/kproxy/config.yaml": dedented },
   );
   assert.equal(daemonSet.config.hostnameOverride, "node-b");
-  assert.deepEqual(daemonSet.config.nftables, { syncPeriodMs: 30_000, minSyncPeriodMs: 1_000 });
+  assert.deepEqual(daemonSet.config.nftables, {
+    syncPeriodMs: 30_000,
+    minSyncPeriodMs: 1_000,
+    masqueradeBit: 14,
+  });
 });
 
 /** [name, argv, file text or undefined, field, message pattern]. */
@@ -556,14 +525,14 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ["negative duration", ["--ipvs-sync-period=-1s"], undefined, "--ipvs-sync-period", /negative/],
   [
     "zero sync period",
-    ["--nftables-sync-period=0s"],
+    ["--proxy-mode=nftables", "--nftables-sync-period=0s"],
     undefined,
     "--nftables-sync-period",
     /greater than 0/,
   ],
   [
     "ipvs min above sync",
-    ["--ipvs-min-sync-period=1m"],
+    ["--proxy-mode=ipvs", "--ipvs-min-sync-period=1m"],
     undefined,
     "--ipvs-min-sync-period",
     /exceeds/,
@@ -649,13 +618,6 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ],
   ["bad bind address", ["--bind-address=0.0.0.0:80"], undefined, "--bind-address"],
   [
-    "healthz without port",
-    ["--healthz-bind-address=0.0.0.0"],
-    undefined,
-    "--healthz-bind-address",
-    /IP:port/,
-  ],
-  [
     "healthz bad port",
     ["--healthz-bind-address=0.0.0.0:99999"],
     undefined,
@@ -697,10 +659,8 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ["negative verbosity", ["--v=-1"], undefined, "--v", /0 or more/],
   ["verbosity not a number", ["-v", "loud"], undefined, "--v"],
   ["bad boolean", ["--masquerade-all=maybe"], undefined, "--masquerade-all", /boolean/],
-  ["unknown gate", ["--feature-gates=Warp=true"], undefined, "--feature-gates", /"Warp"/],
   ["gate without value", ["--feature-gates=WinDSR"], undefined, "--feature-gates"],
   ["gate with bad value", ["--feature-gates=WinDSR=yes"], undefined, "--feature-gates"],
-  ["DSR without gate", ["--enable-dsr"], undefined, "--enable-dsr", /WinDSR/],
   ["stray argument", ["apply"], undefined, "command", /"apply"/],
   ["explain without DEST", ["explain"], undefined, "DEST"],
   ["explain with bad --from", ["explain", "1.2.3.4:80", "--from=me"], undefined, "--from"],
@@ -722,20 +682,6 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: ConfigMap\n",
     "kind",
     /KubeProxyConfiguration/,
-  ],
-  ["unknown top-level field", ["--config=/c"], HEADER + "modde: ipvs\n", "modde", /unknown field/],
-  [
-    "unknown nested field",
-    ["--config=/c"],
-    HEADER + "iptables:\n  sincPeriod: 1s\n",
-    "iptables.sincPeriod",
-    /unknown field/,
-  ],
-  [
-    "unknown gate in file",
-    ["--config=/c"],
-    HEADER + "featureGates:\n  Warp: true\n",
-    "featureGates.Warp",
   ],
   [
     "gate not boolean in file",
@@ -789,7 +735,12 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     HEADER + "healthzBindAddress: nowhere\n",
     "healthzBindAddress",
   ],
-  ["bool as string in file", ["--config=/c"], HEADER + 'masqueradeAll: "yes"\n', "masqueradeAll"],
+  [
+    "bool as string in file",
+    ["--config=/c"],
+    HEADER + 'iptables:\n  masqueradeAll: "yes"\n',
+    "iptables.masqueradeAll",
+  ],
   ["section not a map", ["--config=/c"], HEADER + "iptables: fast\n", "iptables", /want a map/],
   [
     "negative verbosity in file",
@@ -804,16 +755,9 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
     "--pod-bridge-interface",
   ],
   [
-    "top-level minSyncPeriod named in cross-field error",
-    ["--config=/c"],
-    HEADER + "minSyncPeriod: 1m\n",
-    "minSyncPeriod",
-    /exceeds/,
-  ],
-  [
     "file value named in cross-field error",
     ["--config=/c"],
-    HEADER + "ipvs:\n  minSyncPeriod: 1m\n",
+    HEADER + "mode: ipvs\nipvs:\n  minSyncPeriod: 1m\n",
     "ipvs.minSyncPeriod",
     /exceeds/,
   ],
@@ -898,14 +842,16 @@ Deno.test("helpText() documents every flag with its default", () => {
     "(default 30s)",
     "(default 1s)",
     "(default 14)",
-    "(default nftables)",
+    "(default iptables)",
     "(default 0.0.0.0:10256)",
     "(default 127.0.0.1:10249)",
-    "(default [primary])",
+    "(default [])",
     "(default false)",
   ];
   for (const expected of defaults) assert.ok(flat.includes(expected), expected);
-  for (const gate of Object.keys(FEATURE_GATE_DEFAULTS)) assert.ok(text.includes(gate), gate);
+  for (const gate of ["AllAlpha (ALPHA", "ServiceTopology (ALPHA", "ContextualLogging"]) {
+    assert.ok(text.includes(gate), gate);
+  }
   for (const line of text.split("\n")) assert.ok(line.length <= 100, `line too long: ${line}`);
 });
 

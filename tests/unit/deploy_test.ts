@@ -212,6 +212,7 @@ Deno.test("systemd unit is hardened", async () => {
   has("SystemCallFilter=~@privileged @resources");
   has("RestrictNamespaces=yes");
   has("UMask=0077");
+  has("OOMScoreAdjust=-999");
   assert.doesNotMatch(unit, /^MemoryDenyWriteExecute=yes$/m, "V8 needs W+X memory");
 });
 

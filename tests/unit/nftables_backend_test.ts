@@ -326,19 +326,6 @@ Deno.test("createNftablesBackend() deletes the replaced tables in the transactio
   assert.doesNotMatch(loads[2]!, /kube-proxy/, "only until the first write succeeds");
 });
 
-Deno.test("createNftablesBackend() sets nf_conntrack_tcp_be_liberal once when configured", async () => {
-  const executor = new FakeExecutor();
-  const nft = backend(executor, true);
-  await nft.sync({ plans: [v4], changed: new Set(), full: true });
-  await nft.sync({ plans: [v4], changed: new Set(), full: false });
-  const sysctls = executor.calls.filter((c) => c.program === "sysctl");
-  assert.deepEqual(sysctls.map((c) => c.args), [[
-    "-w",
-    "net.netfilter.nf_conntrack_tcp_be_liberal=1",
-  ]]);
-  assert.equal(executor.calls[0]!.program, "sysctl");
-});
-
 Deno.test("createNftablesBackend() programs only its configured families", async () => {
   const executor = new FakeExecutor();
   const nft = createNftablesBackend({

@@ -725,6 +725,21 @@ Deno.test("planNode() plans a single-stack IPv6 service in the IPv6 plan only", 
   assert.deepEqual(ips(sp.internal), ["fd00:244::5:8080"]);
 });
 
+Deno.test("planNode() lets load-balancer IPs through the source ranges by the node IP, as kube-proxy's allowFromNode", () => {
+  const lb = (opts: Partial<PlannerOptions>) =>
+    only(plan({
+      services: [service({
+        name: "lb",
+        type: "LoadBalancer",
+        ports: [port({ nodePort: 30001 })],
+        loadBalancerIngress: [{ ip: "203.0.113.1", ipMode: "VIP" }],
+        loadBalancerSourceRanges: ["10.0.0.0/8"],
+      })],
+    }, { nodePortAddresses: [], localAddresses: ["192.168.1.10", "10.0.0.5"], ...opts }));
+  assert.equal(lb({}).allowFromLoadBalancerIPs, false, "another local address is not the node IP");
+  assert.equal(lb({ bindAddress: "10.0.0.5" }).allowFromLoadBalancerIPs, true);
+});
+
 // ---------------------------------------------------------------- node ports
 
 interface NodePortCase {
@@ -732,6 +747,7 @@ interface NodePortCase {
   nodePortAddresses: string[];
   localAddresses?: string[];
   nodeAddresses?: string[];
+  bindAddress?: string;
   ipv4: string[];
   ipv6: string[];
 }
@@ -745,11 +761,35 @@ const NODE_PORT_CASES: NodePortCase[] = [
     ipv6: ["fd00::10"],
   },
   {
-    name: "primary: falls back to the first local address of the family",
+    name: "primary without a node address: every local address of the family, as kube-proxy",
     nodePortAddresses: ["primary"],
-    nodeAddresses: [],
-    localAddresses: ["127.0.0.1", "192.168.1.20", "::1", "fd00::20"],
-    ipv4: ["192.168.1.20"],
+    nodeAddresses: ["192.168.1.10"],
+    localAddresses: ["127.0.0.1", "192.168.1.10", "::1", "fd00::20", "fd00::21"],
+    ipv4: ["192.168.1.10"],
+    ipv6: ["fd00::20", "fd00::21"],
+  },
+  {
+    name: "primary: --bind-address replaces the node's address of its family",
+    nodePortAddresses: ["primary"],
+    nodeAddresses: ["192.168.1.10", "fd00::10"],
+    bindAddress: "192.168.1.99",
+    ipv4: ["192.168.1.99"],
+    ipv6: ["fd00::10"],
+  },
+  {
+    name: "primary: an unspecified --bind-address changes nothing",
+    nodePortAddresses: ["primary"],
+    nodeAddresses: ["192.168.1.10", "fd00::10"],
+    bindAddress: "0.0.0.0",
+    ipv4: ["192.168.1.10"],
+    ipv6: ["fd00::10"],
+  },
+  {
+    name: "empty: every local address, never loopback (iptables and ipvs default)",
+    nodePortAddresses: [],
+    nodeAddresses: ["192.168.1.10"],
+    localAddresses: ["127.0.0.1", "192.168.1.10", "10.0.0.5", "::1", "fd00::20"],
+    ipv4: ["192.168.1.10", "10.0.0.5"],
     ipv6: ["fd00::20"],
   },
   {
@@ -760,11 +800,12 @@ const NODE_PORT_CASES: NodePortCase[] = [
     ipv6: ["fd00::10"],
   },
   {
-    name: "CIDRs for one family only: the other family uses its primary address",
+    name: "CIDRs for one family only: the other family accepts on all its local addresses",
     nodePortAddresses: ["192.168.0.0/16"],
     nodeAddresses: ["192.168.1.10", "fd00::10"],
+    localAddresses: ["192.168.1.10", "10.0.0.5", "fd00::10", "fd01::5"],
     ipv4: ["192.168.1.10"],
-    ipv6: ["fd00::10"],
+    ipv6: ["fd00::10", "fd01::5"],
   },
   {
     name: "loopback is never captured, even when a CIDR includes it",
@@ -790,6 +831,7 @@ for (const c of NODE_PORT_CASES) {
       {
         nodePortAddresses: c.nodePortAddresses,
         ...(c.localAddresses ? { localAddresses: c.localAddresses } : {}),
+        ...(c.bindAddress ? { bindAddress: c.bindAddress } : {}),
       },
     );
     assert.deepEqual(plans.ipv4.nodePortAddresses, c.ipv4);

@@ -132,7 +132,13 @@ interface Harness {
 }
 
 function setup(
-  options: { backend?: RecordingBackend; syncPeriodMs?: number; fullSyncPeriodMs?: number } = {},
+  options: {
+    backend?: RecordingBackend;
+    syncPeriodMs?: number;
+    fullSyncPeriodMs?: number;
+    plannerOptions?: Partial<PlannerOptions>;
+    readLocalAddresses?: () => string[];
+  } = {},
 ): Harness {
   const clock = { t: 1_000_000, now: () => clock.t, wallNow: () => clock.t };
   const backend = options.backend ?? new RecordingBackend({ mode: "nftables" });
@@ -154,7 +160,8 @@ function setup(
   h.proxier = new Proxier({
     backend: h.backend,
     tracker: h.tracker,
-    plannerOptions,
+    plannerOptions: { ...plannerOptions, ...options.plannerOptions },
+    readLocalAddresses: options.readLocalAddresses,
     health: h.health,
     metrics: h.metrics,
     syncPeriodMs: options.syncPeriodMs ?? 30_000,
@@ -313,6 +320,28 @@ Deno.test("Proxier.sync() syncs fully once the full sync period has passed", asy
   h.clock.t += 1_000;
   await h.proxier.sync();
   assert.deepEqual(h.backend.requests.map((r) => r.full), [true, false, true]);
+});
+
+Deno.test("Proxier.sync() re-reads the node's addresses and replans node ports when they change", async () => {
+  let local = ["127.0.0.1", "192.168.0.10"];
+  let reads = 0;
+  const h = setup({
+    plannerOptions: { nodePortAddresses: ["192.168.0.0/16"] },
+    readLocalAddresses: () => (reads++, local),
+  });
+  h.tracker.set(service("web", "10.96.0.10", { type: "NodePort" }), ["10.244.0.5"]);
+  h.proxier.onEvent({ type: "synced" });
+  await h.proxier.sync();
+  assert.deepEqual(h.backend.requests.at(-1)!.plans[0]!.nodePortAddresses, ["192.168.0.10"]);
+  h.clock.t += 1_000;
+  assert.deepEqual(await h.proxier.sync(), { kind: "unchanged" }, "same addresses: nothing to do");
+  local = ["127.0.0.1", "192.168.0.10", "192.168.7.7"];
+  h.clock.t += 1_000;
+  await h.proxier.sync();
+  const last = h.backend.requests.at(-1)!;
+  assert.deepEqual(last.plans[0]!.nodePortAddresses, ["192.168.0.10", "192.168.7.7"]);
+  assert.equal(last.full, true, "node port addresses are in every rule set's header");
+  assert.equal(reads, 3, "read on every sync, as kube-proxy's GetNodeIPs");
 });
 
 Deno.test("Proxier.sync() checks drift once per sync period and repairs it with a full sync", async () => {

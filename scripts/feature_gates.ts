@@ -1,0 +1,150 @@
+/**
+ * Writes lib/config/feature_gates.ts from a Kubernetes source tree: every
+ * feature gate a kube-proxy binary of that tree registers (Kubernetes',
+ * client-go's, component-base's logs, metrics and zpages gates), each at the
+ * tree's version, with the dependencies between them.
+ *
+ * Usage: deno run --allow-read --allow-write scripts/feature_gates.ts K8S_TREE [VERSION]
+ *
+ * Gates a vendor adds to its fork (OpenShift's `openshift_features.go`) are
+ * left out: kube-proxy as Kubernetes ships it does not know them.
+ *
+ * @module
+ */
+
+const SOURCES = [
+  "pkg/features/kube_features.go",
+  "staging/src/k8s.io/client-go/features/known_features.go",
+  "staging/src/k8s.io/component-base/logs/api/v1/kube_features.go",
+  "staging/src/k8s.io/component-base/metrics/features/kube_features.go",
+];
+/** Files that declare the gate names the sources use (`genericfeatures.X`, …). */
+const NAME_FILES = [
+  ...SOURCES,
+  "staging/src/k8s.io/apiserver/pkg/features/kube_features.go",
+  "staging/src/k8s.io/apiextensions-apiserver/pkg/features/kube_features.go",
+  "staging/src/k8s.io/controller-manager/pkg/features/kube_features.go",
+  "staging/src/k8s.io/component-base/zpages/features/kube_features.go",
+];
+
+interface Spec {
+  version: [number, number];
+  default: boolean;
+  stage: string;
+  locked: boolean;
+}
+
+function names(tree: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const file of NAME_FILES) {
+    const text = Deno.readTextFileSync(`${tree}/${file}`);
+    for (
+      const m of text.matchAll(
+        /^\s*(\w+)\s+(?:featuregate\.|clientfeatures\.)?Feature\s*=\s*"(\w+)"/gm,
+      )
+    ) {
+      out.set(m[1]!, m[2]!);
+    }
+  }
+  return out;
+}
+
+function specsOf(tree: string, known: Map<string, string>): Map<string, Spec[]> {
+  const gates = new Map<string, Spec[]>();
+  const entry =
+    /^\t{1,2}(?:\w+\.)?(\w+): \{\n((?:\t{2,3}(?:\{Version:|\/\/)[^\n]*\n)+)\t{1,2}\},?$/gm;
+  const spec =
+    /Version: version\.(?:MustParse\("(\d+)\.(\d+)"\)|MajorMinor\((\d+), (\d+)\)), Default: (true|false), (?:LockToDefault: (true|false), )?PreRelease: (?:featuregate\.)?(\w+)(?:, LockToDefault: (true|false))?/;
+  for (const file of SOURCES) {
+    const text = Deno.readTextFileSync(`${tree}/${file}`);
+    for (const m of text.matchAll(entry)) {
+      const name = known.get(m[1]!) ?? m[1]!;
+      const specs = m[2]!.split("\n").filter((line) => line.includes("{Version:")).map((line) => {
+        const s = spec.exec(line);
+        if (!s) throw new Error(`Cannot parse a spec of ${name}: ${line}`);
+        return {
+          version: [Number(s[1] ?? s[3]), Number(s[2] ?? s[4])] as [number, number],
+          default: s[5] === "true",
+          stage: s[7]!,
+          locked: s[6] === "true" || s[8] === "true",
+        };
+      });
+      gates.set(name, specs);
+    }
+  }
+  return gates;
+}
+
+function dependencies(tree: string, known: Map<string, string>): Map<string, string[]> {
+  const text = Deno.readTextFileSync(`${tree}/${SOURCES[0]}`);
+  const start = text.indexOf("var defaultKubernetesFeatureGateDependencies");
+  const body = text.slice(start, text.indexOf("\n}\n", start));
+  const out = new Map<string, string[]>();
+  for (const m of body.matchAll(/^\t(?:\w+\.)?(\w+): \{([^}]*)\},?(?:\s*\/\/.*)?$/gm)) {
+    const deps = m[2]!.split(",").map((d) => d.trim()).filter((d) => d !== "")
+      .map((d) => d.replace(/^featuregate\.Feature\((.*)\)$/, "$1").replace(/^\w+\./, ""))
+      .map((d) => known.get(d) ?? d);
+    if (deps.length > 0) out.set(known.get(m[1]!) ?? m[1]!, deps);
+  }
+  return out;
+}
+
+function atVersion(specs: Spec[], [major, minor]: [number, number]): Spec {
+  const fitting = specs.filter((s) =>
+    s.version[0] < major || (s.version[0] === major && s.version[1] <= minor)
+  );
+  return fitting.at(-1) ??
+    { version: [major, minor], default: false, stage: "PreAlpha", locked: false };
+}
+
+if (import.meta.main) {
+  const [tree, versionText = "1.36"] = Deno.args;
+  if (!tree) {
+    console.error("usage: scripts/feature_gates.ts K8S_TREE [VERSION]");
+    Deno.exit(2);
+  }
+  const version = versionText.split(".").map(Number) as [number, number];
+  const known = names(tree);
+  const gates = specsOf(tree, known);
+  const deps = dependencies(tree, known);
+  const rows = [...gates].map(([name, specs]) => [name, atVersion(specs, version)] as const)
+    .sort(([a], [b]) => (a < b ? -1 : 1));
+  const lines = rows.map(([name, s]) =>
+    `  ${name}: { default: ${s.default}, stage: "${s.stage}"${s.locked ? ", locked: true" : ""}${
+      deps.has(name) ? `, dependsOn: ${JSON.stringify(deps.get(name))}` : ""
+    } },`
+  );
+  const out = `/**
+ * The feature gates a kube-proxy ${versionText} binary registers, at version ${versionText}: every
+ * gate of Kubernetes, client-go and component-base, with its default, its
+ * stage, whether it is locked to its default, and the gates it needs.
+ * Generated by \`scripts/feature_gates.ts\` from the Kubernetes ${versionText} source;
+ * do not edit by hand.
+ *
+ * @module
+ */
+
+/** A gate's stage at this version, as Kubernetes names it. */
+export type GateStage = "PreAlpha" | "Alpha" | "Beta" | "GA" | "Deprecated";
+
+/** One registered feature gate at this version. */
+export interface GateSpec {
+  default: boolean;
+  stage: GateStage;
+  /** Set: the gate cannot be set to anything but its default. */
+  locked?: boolean;
+  /** Gates that must be enabled for this one to be enabled. */
+  dependsOn?: readonly string[];
+}
+
+/** The Kubernetes version the gates are taken at. */
+export const FEATURE_GATES_VERSION = "${versionText}";
+
+/** Every registered gate by name, except AllAlpha and AllBeta. */
+export const FEATURE_GATES: Readonly<Record<string, GateSpec>> = Object.freeze({
+${lines.join("\n")}
+});
+`;
+  Deno.writeTextFileSync("lib/config/feature_gates.ts", out);
+  console.log(`${rows.length} gates, ${deps.size} with dependencies`);
+}
