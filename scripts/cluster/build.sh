@@ -9,7 +9,8 @@
 #                  conntrack regression server, pause) with repo-list.yaml mapping every e2e
 #                  registry to localhost/... (KUBE_TEST_REPO_LIST)
 # First time ~45 minutes on 2 cores (e2e.test alone 10-25); afterwards it only checks.
-# usage: KUBE_SOURCE=/path/to/microshift.git build.sh
+# usage: KUBE_SOURCE=/path/to/microshift.git build.sh [cluster]
+#   cluster: only what the cluster and its cases need (no ginkgo, no e2e.test)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 GOVER=${GOVER:-1.26}
@@ -88,8 +89,6 @@ binaries() {
   go_build "$C/kubectl" ./cmd/kubectl
   go_build "$C/agnhost" ./test/images/agnhost
   go_build "$C/regression-issue-74839" ./test/images/regression-issue-74839
-  go_build "$C/ginkgo" ./vendor/github.com/onsi/ginkgo/v2/ginkgo
-  go_build "$C/e2e.test" ./test/e2e test -c
   if [ ! -x "$C/pause" ]; then # a pod sandbox: sleeps until signalled, reaps children
     local d
     d=$(mktemp -d)
@@ -123,6 +122,11 @@ GO
       "$A/root/usr/lib/go-$GOVER/bin/go" build -trimpath -ldflags '-s -w' -o "$C/pause" .)
     rm -rf "$d"
   fi
+}
+
+e2e_binaries() { # the biggest build (e2e.test alone 10-25 minutes), last
+  go_build "$C/ginkgo" ./vendor/github.com/onsi/ginkgo/v2/ginkgo
+  go_build "$C/e2e.test" ./test/e2e test -c
 }
 
 image_version() { # NAME: the tag e2e.test expects for that image, from its manifest
@@ -229,4 +233,5 @@ toolchain
 source_tree
 binaries
 images
+[ "${1:-}" = cluster ] || e2e_binaries
 log "built: $(ls "$A/bin" | tr '\n' ' ')$(ls "$C" | tr '\n' ' ')"
