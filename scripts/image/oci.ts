@@ -30,6 +30,8 @@ export interface Layer extends Descriptor {
 /** The runtime settings of the image (the config's `config` object). */
 export interface ImageSettings {
   entrypoint: string[];
+  /** Default arguments to the entrypoint (the config's `Cmd`); none when absent. */
+  cmd?: string[];
   env: string[];
   workingDir: string;
   labels: Record<string, string>;
@@ -91,6 +93,7 @@ export async function imageDocuments(
     os: "linux",
     config: {
       Entrypoint: settings.entrypoint,
+      Cmd: settings.cmd,
       Env: settings.env,
       WorkingDir: settings.workingDir,
       Labels: settings.labels,
