@@ -392,7 +392,10 @@ Deno.test("FileSource logs a broken file once per change, not on every poll", as
       assert.deepEqual(await next(2), ["upsert Service default/web", "synced"]);
       await new Promise((resolve) => setTimeout(resolve, 700));
       assert.equal(logged(records, "error", /bad\.yaml/).length, 1);
-      await Deno.writeTextFile(`${dir}/bad.yaml`, "kind: [still broken");
+      // Replaced whole (a rename), so that no poll can read a half-written file on a busy machine.
+      const staged = await Deno.makeTempFile({ dir: `${dir}/..` });
+      await Deno.writeTextFile(staged, "kind: [still broken");
+      await Deno.rename(staged, `${dir}/bad.yaml`);
       await new Promise((resolve) => setTimeout(resolve, 700));
       assert.equal(logged(records, "error", /bad\.yaml/).length, 2);
     });
