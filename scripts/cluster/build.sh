@@ -130,7 +130,7 @@ e2e_binaries() { # the biggest build (e2e.test alone 10-25 minutes), last
 }
 
 image_version() { # NAME: the tag e2e.test expects for that image, from its manifest
-  sed -n "s/.*configs\[$1\] = Config{list\.[A-Za-z]*, \"[^\"]*\", \"\([^\"]*\)\"}.*/\1/p" \
+  sed -n "s/.*configs\[$1\] = Config{list\.[A-Za-z0-9]*, \"[^\"]*\", \"\([^\"]*\)\"}.*/\1/p" \
     "$A/k8s/test/utils/image/manifest.go"
 }
 
