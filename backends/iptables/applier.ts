@@ -55,7 +55,14 @@ import {
   iptablesPrograms,
   type IptablesVariant,
 } from "./detect.ts";
-import { inputText, renderFull, renderFullSync, type SyncInputs } from "./render.ts";
+import {
+  fullSyncInputs,
+  type FullSyncStream,
+  inputText,
+  type KernelChains,
+  renderFull,
+  type SyncInputs,
+} from "./render.ts";
 import type { IptablesRenderOptions } from "./rules.ts";
 import { isLargeCluster } from "./service_chains.ts";
 import { parseSavedChains, parseSavedTargets } from "./save.ts";
@@ -107,34 +114,31 @@ export function createIptablesBackend(options: IptablesBackendOptions): Backend 
 /** What one family's sync applied. */
 interface Applied {
   rules: number;
-  /** The restore inputs run, each a list of scripts. */
-  inputs: IptablesRestoreScript[][];
+  /** The restore inputs run. */
+  inputs: number;
+  /** Rules appended per counted table. */
+  written: Record<(typeof IPTABLES_COUNTED_TABLES)[number], number>;
 }
 
 /**
- * Brings `counts` (rules per `table chain` kproxy owns) up to date with
- * scripts just applied, in order: a declared chain is flushed, appended
- * rules add, a deleted chain goes. Returns the rules each script appended
- * per table.
+ * Brings `counts` (rules per `table chain` kproxy owns) up to date with a
+ * script just applied: a declared chain is flushed, appended rules add, a
+ * deleted chain goes. Adds the rules it appended per table to `written`.
  */
 function countChainRules(
   counts: Map<string, number>,
-  scripts: readonly IptablesRestoreScript[],
-): Record<(typeof IPTABLES_COUNTED_TABLES)[number], number> {
-  const written = { filter: 0, nat: 0 };
-  for (const script of scripts) {
-    for (const table of IPTABLES_COUNTED_TABLES) {
-      for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
-      const appended = script.appendedChains(table);
-      for (const chain of appended) {
-        const key = `${table} ${chain}`;
-        counts.set(key, (counts.get(key) ?? 0) + 1);
-      }
-      written[table] += appended.length;
-      for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
+  script: IptablesRestoreScript,
+  written: Applied["written"],
+): void {
+  for (const table of IPTABLES_COUNTED_TABLES) {
+    for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
+    for (const [chain, rules] of script.appendedRules(table)) {
+      const key = `${table} ${chain}`;
+      counts.set(key, (counts.get(key) ?? 0) + rules);
+      written[table] += rules;
     }
+    for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
   }
-  return written;
 }
 
 class IptablesBackend implements Backend {
@@ -229,25 +233,36 @@ class IptablesBackend implements Backend {
       // Entering or leaving large cluster mode changes the rules of every service.
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
+      // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
+      const counts = rewriteAll ? new Map<string, number>() : counted;
       const applied = rewriteAll
-        ? await this.#syncFull(plan, programs, previous?.serviceCounters === true)
-        : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
+        ? await this.#syncFull(plan, programs, {
+          hadCounters: previous?.serviceCounters === true,
+          counts: counts!,
+        })
+        : await this.#syncPartial(
+          { previous, next: plan, changed: request.changed },
+          programs,
+          counts ?? new Map(),
+        );
       this.#applied.set(plan.family, plan);
       full ||= rewriteAll;
       const kind = rewriteAll ? "full" : "partial";
-      // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
-      const counts = rewriteAll ? new Map<string, number>() : counted;
       if (counts !== undefined) {
-        const written = countChainRules(counts, applied.inputs.flat());
         this.#chainRules.set(plan.family, counts);
         for (const table of IPTABLES_COUNTED_TABLES) {
           let total = 0;
           for (const [key, rules] of counts) if (key.startsWith(`${table} `)) total += rules;
-          iptablesRules.push({ family: plan.family, table, written: written[table], total });
+          iptablesRules.push({
+            family: plan.family,
+            table,
+            written: applied.written[table],
+            total,
+          });
         }
       }
       parts.push(
-        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.inputs.length} scripts (${kind})`,
+        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.inputs} scripts (${kind})`,
       );
     }
     if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
@@ -350,37 +365,30 @@ class IptablesBackend implements Backend {
   async #syncFull(
     plan: Plan,
     programs: IptablesPrograms,
-    hadCounters = false,
+    options: { hadCounters: boolean; counts: Map<string, number> },
   ): Promise<Applied> {
     const localhost = plan.family === "IPv4" && this.#renderOptions.localhostNodePorts === true;
     if (localhost && !this.#routeLocalnetSet) {
       await setSysctls(this.#executor, { "net.ipv4.conf.all.route_localnet": "1" });
       this.#routeLocalnetSet = true;
     }
-    // One save per table replaces a -C per jump (each reads the whole table).
-    const nat = await this.#save(programs, "nat");
-    const filter = await this.#save(programs, "filter");
     const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
-    const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
+    const { kernel, known, insertJumps } = await this.#readTables(programs, jumps);
     const counters = planNfacctNames(plan);
     // With counters off from the start nfacct is not run at all: objects an
     // earlier process left go with --cleanup.
-    const existing = plan.serviceCounters === true || hadCounters
+    const existing = plan.serviceCounters === true || options.hadCounters
       ? new Set((await this.#listNfacct()).keys())
       : new Set<string>();
     await this.#addNfacct(new Set([...counters].filter((name) => !existing.has(name))));
-    const sync = renderFullSync(plan, {
+    const stream = fullSyncInputs(plan, {
       ...this.#renderOptions,
-      kernel: {
-        nat: parseSavedChains(nat ?? ""),
-        natTargets: parseSavedTargets(nat ?? ""),
-        filter: parseSavedChains(filter ?? ""),
-      },
-      insertJumps: missingJumps({ nat, filter }, known),
+      kernel,
+      insertJumps,
       maxChainsPerChunk: this.#maxChainsPerChunk(),
     });
-    const applied = await this.#apply(programs, sync);
-    this.#alternates.set(plan.family, sync.alternates);
+    const applied = await this.#apply(programs, stream, options.counts);
+    this.#alternates.set(plan.family, applied.alternates);
     for (const jump of jumps) {
       if (!known.includes(jump)) await this.#ensureJump(programs, jump);
     }
@@ -390,24 +398,62 @@ class IptablesBackend implements Backend {
     return applied;
   }
 
-  /** Runs a sync's inputs in order: staging, the switching input, cleanup. */
-  async #apply(programs: IptablesPrograms, sync: SyncInputs): Promise<Applied> {
-    const inputs = [
-      ...sync.staging.map((script) => [script]),
-      sync.commit,
-      ...sync.cleanup.map((
-        script,
-      ) => [script]),
-    ].filter((blocks) => blocks.length > 0);
-    for (const blocks of inputs) await this.#restore(programs, blocks);
-    const rules = [...sync.staging, ...sync.commit].reduce((sum, s) => sum + s.ruleCount, 0);
-    return { rules, inputs };
+  /**
+   * What a full sync needs from the nat and filter tables, read with one
+   * save per table (which replaces a -C per jump: each reads the whole
+   * table); the saved text is not kept.
+   */
+  async #readTables(programs: IptablesPrograms, jumps: readonly BaseJump[]): Promise<{
+    kernel: KernelChains;
+    known: BaseJump[];
+    insertJumps: BaseJump[];
+  }> {
+    const nat = await this.#save(programs, "nat");
+    const filter = await this.#save(programs, "filter");
+    const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
+    return {
+      kernel: {
+        nat: parseSavedChains(nat ?? ""),
+        natTargets: parseSavedTargets(nat ?? ""),
+        filter: parseSavedChains(filter ?? ""),
+      },
+      known,
+      insertJumps: missingJumps({ nat, filter }, known),
+    };
+  }
+
+  /**
+   * Runs a sync's inputs in order: staging (each rendered once the one
+   * before it ran), the switching input, cleanup; counts each input's rules
+   * into `counts` once it ran.
+   */
+  async #apply(
+    programs: IptablesPrograms,
+    sync: SyncInputs | FullSyncStream,
+    counts: Map<string, number>,
+  ): Promise<Applied & { alternates: Set<string> }> {
+    const applied: Applied = { rules: 0, inputs: 0, written: { filter: 0, nat: 0 } };
+    const run = async (blocks: readonly IptablesRestoreScript[], writes: boolean) => {
+      if (blocks.length === 0) return;
+      await this.#restore(programs, blocks);
+      applied.inputs++;
+      for (const script of blocks) {
+        if (writes) applied.rules += script.ruleCount;
+        countChainRules(counts, script, applied.written);
+      }
+    };
+    for (const script of sync.staging) await run([script], true);
+    const rest = "finish" in sync ? sync.finish() : sync;
+    await run(rest.commit, true);
+    for (const script of rest.cleanup) await run([script], false);
+    return { ...applied, alternates: rest.alternates };
   }
 
   /** Restores only what changed, chunked like a full sync when it declares too many chains. */
   async #syncPartial(
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
+    counts: Map<string, number>,
   ): Promise<Applied> {
     const sync = renderPartialSync(change, {
       ...this.#renderOptions,
@@ -418,8 +464,8 @@ class IptablesBackend implements Backend {
     const before = planNfacctNames(change.previous, changedPorts(change.previous));
     const after = planNfacctNames(change.next, changedPorts(change.next));
     await this.#addNfacct(new Set([...after].filter((name) => !before.has(name))));
-    const applied = await this.#apply(programs, sync);
-    this.#alternates.set(change.next.family, sync.alternates);
+    const applied = await this.#apply(programs, sync, counts);
+    this.#alternates.set(change.next.family, applied.alternates);
     await this.#deleteNfacct([...before].filter((name) => !after.has(name)));
     return applied;
   }
