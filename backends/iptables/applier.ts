@@ -38,6 +38,7 @@ import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";
+import { GarbageBudget } from "../../lib/shell/list_garbage.ts";
 import {
   BASE_JUMPS,
   type BaseJump,
@@ -78,6 +79,8 @@ const RESTORE_ARGS = ["-w", LOCK_WAIT_SECONDS, "--noflush", "--counters"];
 /** A full restore at tens of thousands of services takes tens of seconds with iptables-nft. */
 const RESTORE_TIMEOUT_MS = 300_000;
 const NFT_CHAINS_PER_RESTORE = 2000;
+/** Restore input between two full collections during a sync, at least. */
+const GARBAGE_MIN_BYTES = 2 * 1024 * 1024;
 const CANARY_TABLES: readonly IptablesTable[] = ["mangle", "nat", "filter"];
 /** One read of every nfacct object of the namespace. */
 const NFACCT_LIST = { program: "nfacct", args: ["list"] };
@@ -96,6 +99,14 @@ export interface IptablesBackendOptions {
    * @default {2000}
    */
   nftChainsPerRestore?: number;
+  /**
+   * Full collections while a sync runs: one each time `minBytes` of restore
+   * input (or a quarter of all so far) went out since the last. The inputs'
+   * rules and text are promoted to V8's old generation while the next input
+   * renders and are freed only by a full collection.
+   * @default {{ minBytes: 2 MiB, collect: V8's full collection }}
+   */
+  garbage?: { minBytes: number; collect?: () => void };
 }
 
 /**
@@ -148,6 +159,7 @@ class IptablesBackend implements Backend {
   readonly #families: ReadonlySet<IpFamily>;
   readonly #renderOptions: IptablesRenderOptions;
   readonly #nftChainsPerRestore: number;
+  readonly #garbage: { minBytes: number; collect?: () => void };
   #variant?: IptablesVariant;
   /** Plans the kernel holds, per family; absent means the next sync must be full. */
   readonly #applied = new Map<IpFamily, Plan>();
@@ -164,6 +176,7 @@ class IptablesBackend implements Backend {
     this.#config = options.config;
     this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
     this.#nftChainsPerRestore = options.nftChainsPerRestore ?? NFT_CHAINS_PER_RESTORE;
+    this.#garbage = options.garbage ?? { minBytes: GARBAGE_MIN_BYTES };
     this.#renderOptions = {
       masqueradeBit: options.config.iptables.masqueradeBit,
       localhostNodePorts: options.config.iptables.localhostNodePorts,
@@ -433,9 +446,10 @@ class IptablesBackend implements Backend {
     counts: Map<string, number>,
   ): Promise<Applied & { alternates: Set<string> }> {
     const applied: Applied = { rules: 0, inputs: 0, written: { filter: 0, nat: 0 } };
+    const garbage = new GarbageBudget({ ...this.#garbage, share: 1 / 4 });
     const run = async (blocks: readonly IptablesRestoreScript[], writes: boolean) => {
       if (blocks.length === 0) return;
-      await this.#restore(programs, blocks);
+      garbage.spent(await this.#restore(programs, blocks));
       applied.inputs++;
       for (const script of blocks) {
         if (writes) applied.rules += script.ruleCount;
@@ -486,19 +500,24 @@ class IptablesBackend implements Backend {
     return undefined;
   }
 
-  /** Runs one iptables-restore input made of `blocks`; a block with a pending error runs nothing. */
+  /**
+   * Runs one iptables-restore input made of `blocks` and returns its length;
+   * a block with a pending error runs nothing.
+   */
   async #restore(
     programs: IptablesPrograms,
     blocks: readonly IptablesRestoreScript[],
-  ): Promise<void> {
+  ): Promise<number> {
     const error = blocks.find((script) => script.error)?.error;
     if (error) throw error;
+    const stdin = inputText(blocks);
     await runChecked(this.#executor, {
       program: programs.restore,
       args: RESTORE_ARGS,
-      stdin: inputText(blocks),
+      stdin,
       timeoutMs: RESTORE_TIMEOUT_MS,
     });
+    return stdin.length;
   }
 
   async #ensureJump(programs: IptablesPrograms, jump: BaseJump): Promise<void> {
