@@ -24,6 +24,7 @@ import {
   permissionsFor,
 } from "../lib/shell/permissions.ts";
 import { SERVICE_ACCOUNT_DIR } from "../lib/shell/source/kubeconfig.ts";
+import { v8FlagsArg } from "../lib/shell/v8_flags.ts";
 
 /** Build targets and where their configuration lives on the node. */
 export const TARGETS = {
@@ -35,11 +36,12 @@ export const TARGETS = {
 type Target = keyof typeof TARGETS;
 
 /**
- * V8 flags baked into the executable. A 4 MB young generation (V8 grows it
- * to 32 MB per semi-space under the first sync's allocation rate) cuts the
- * peak RSS at 10k services by ~30 MB, at no measured cost in start-up.
+ * V8 flags baked into the executable: {@linkcode lib/shell/v8_flags.ts}. A
+ * 4 MB young generation (V8 grows it to 32 MB per semi-space under the first
+ * sync's allocation rate) cuts the peak RSS at 10k services by ~30 MB, at
+ * no measured cost in start-up.
  */
-export const V8_FLAGS = ["--max-semi-space-size=4"];
+export { V8_FLAGS } from "../lib/shell/v8_flags.ts";
 
 /** What a build bakes in besides the target. */
 export interface CompileOptions {
@@ -67,7 +69,7 @@ export function compileArgs(target: Target, options: CompileOptions): string[] {
   return [
     "compile",
     ...denoFlags(permissions),
-    `--v8-flags=${V8_FLAGS.join(",")}`,
+    v8FlagsArg(),
     "--target",
     target,
     "--output",

@@ -14,10 +14,11 @@
 import { parseCommandLine } from "../lib/config/command_line.ts";
 import { ConfigError } from "../lib/config/values.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../lib/shell/permissions.ts";
+import { v8FlagsArg } from "../lib/shell/v8_flags.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
 
-/** Computes the `deno run` argument vector that runs the bundle with exact permissions. */
+/** Computes the `deno run` argument vector that runs the bundle with exact permissions and kproxy's V8 flags. */
 export function launchArgs(argv: string[]): string[] {
   const { config } = parseCommandLine(argv, {
     readTextFile: (path) => Deno.readTextFileSync(path),
@@ -27,7 +28,7 @@ export function launchArgs(argv: string[]): string[] {
     readTextFile: (path) => Deno.readTextFileSync(path),
     getEnv: (name) => Deno.env.get(name),
   });
-  return ["run", ...denoFlags(permissionsFor(input)), bundle, ...argv];
+  return ["run", ...denoFlags(permissionsFor(input)), v8FlagsArg(), bundle, ...argv];
 }
 
 /**

@@ -38,6 +38,7 @@ import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";
+import { GarbageBudget } from "../../lib/shell/list_garbage.ts";
 import {
   BASE_JUMPS,
   type BaseJump,
@@ -55,7 +56,14 @@ import {
   iptablesPrograms,
   type IptablesVariant,
 } from "./detect.ts";
-import { inputText, renderFull, renderFullSync, type SyncInputs } from "./render.ts";
+import {
+  fullSyncInputs,
+  type FullSyncStream,
+  inputText,
+  type KernelChains,
+  renderFull,
+  type SyncInputs,
+} from "./render.ts";
 import type { IptablesRenderOptions } from "./rules.ts";
 import { isLargeCluster } from "./service_chains.ts";
 import { parseSavedChains, parseSavedTargets } from "./save.ts";
@@ -71,6 +79,8 @@ const RESTORE_ARGS = ["-w", LOCK_WAIT_SECONDS, "--noflush", "--counters"];
 /** A full restore at tens of thousands of services takes tens of seconds with iptables-nft. */
 const RESTORE_TIMEOUT_MS = 300_000;
 const NFT_CHAINS_PER_RESTORE = 2000;
+/** Restore input between two full collections during a sync, at least. */
+const GARBAGE_MIN_BYTES = 2 * 1024 * 1024;
 const CANARY_TABLES: readonly IptablesTable[] = ["mangle", "nat", "filter"];
 /** One read of every nfacct object of the namespace. */
 const NFACCT_LIST = { program: "nfacct", args: ["list"] };
@@ -89,6 +99,14 @@ export interface IptablesBackendOptions {
    * @default {2000}
    */
   nftChainsPerRestore?: number;
+  /**
+   * Full collections while a sync runs: one each time `minBytes` of restore
+   * input (or a quarter of all so far) went out since the last. The inputs'
+   * rules and text are promoted to V8's old generation while the next input
+   * renders and are freed only by a full collection.
+   * @default {{ minBytes: 2 MiB, collect: V8's full collection }}
+   */
+  garbage?: { minBytes: number; collect?: () => void };
 }
 
 /**
@@ -107,34 +125,31 @@ export function createIptablesBackend(options: IptablesBackendOptions): Backend 
 /** What one family's sync applied. */
 interface Applied {
   rules: number;
-  /** The restore inputs run, each a list of scripts. */
-  inputs: IptablesRestoreScript[][];
+  /** The restore inputs run. */
+  inputs: number;
+  /** Rules appended per counted table. */
+  written: Record<(typeof IPTABLES_COUNTED_TABLES)[number], number>;
 }
 
 /**
- * Brings `counts` (rules per `table chain` kproxy owns) up to date with
- * scripts just applied, in order: a declared chain is flushed, appended
- * rules add, a deleted chain goes. Returns the rules each script appended
- * per table.
+ * Brings `counts` (rules per `table chain` kproxy owns) up to date with a
+ * script just applied: a declared chain is flushed, appended rules add, a
+ * deleted chain goes. Adds the rules it appended per table to `written`.
  */
 function countChainRules(
   counts: Map<string, number>,
-  scripts: readonly IptablesRestoreScript[],
-): Record<(typeof IPTABLES_COUNTED_TABLES)[number], number> {
-  const written = { filter: 0, nat: 0 };
-  for (const script of scripts) {
-    for (const table of IPTABLES_COUNTED_TABLES) {
-      for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
-      const appended = script.appendedChains(table);
-      for (const chain of appended) {
-        const key = `${table} ${chain}`;
-        counts.set(key, (counts.get(key) ?? 0) + 1);
-      }
-      written[table] += appended.length;
-      for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
+  script: IptablesRestoreScript,
+  written: Applied["written"],
+): void {
+  for (const table of IPTABLES_COUNTED_TABLES) {
+    for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
+    for (const [chain, rules] of script.appendedRules(table)) {
+      const key = `${table} ${chain}`;
+      counts.set(key, (counts.get(key) ?? 0) + rules);
+      written[table] += rules;
     }
+    for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
   }
-  return written;
 }
 
 class IptablesBackend implements Backend {
@@ -144,6 +159,7 @@ class IptablesBackend implements Backend {
   readonly #families: ReadonlySet<IpFamily>;
   readonly #renderOptions: IptablesRenderOptions;
   readonly #nftChainsPerRestore: number;
+  readonly #garbage: { minBytes: number; collect?: () => void };
   #variant?: IptablesVariant;
   /** Plans the kernel holds, per family; absent means the next sync must be full. */
   readonly #applied = new Map<IpFamily, Plan>();
@@ -160,6 +176,7 @@ class IptablesBackend implements Backend {
     this.#config = options.config;
     this.#families = new Set(options.families ?? ["IPv4", "IPv6"]);
     this.#nftChainsPerRestore = options.nftChainsPerRestore ?? NFT_CHAINS_PER_RESTORE;
+    this.#garbage = options.garbage ?? { minBytes: GARBAGE_MIN_BYTES };
     this.#renderOptions = {
       masqueradeBit: options.config.iptables.masqueradeBit,
       localhostNodePorts: options.config.iptables.localhostNodePorts,
@@ -229,25 +246,36 @@ class IptablesBackend implements Backend {
       // Entering or leaving large cluster mode changes the rules of every service.
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
+      // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
+      const counts = rewriteAll ? new Map<string, number>() : counted;
       const applied = rewriteAll
-        ? await this.#syncFull(plan, programs, previous?.serviceCounters === true)
-        : await this.#syncPartial({ previous, next: plan, changed: request.changed }, programs);
+        ? await this.#syncFull(plan, programs, {
+          hadCounters: previous?.serviceCounters === true,
+          counts: counts!,
+        })
+        : await this.#syncPartial(
+          { previous, next: plan, changed: request.changed },
+          programs,
+          counts ?? new Map(),
+        );
       this.#applied.set(plan.family, plan);
       full ||= rewriteAll;
       const kind = rewriteAll ? "full" : "partial";
-      // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
-      const counts = rewriteAll ? new Map<string, number>() : counted;
       if (counts !== undefined) {
-        const written = countChainRules(counts, applied.inputs.flat());
         this.#chainRules.set(plan.family, counts);
         for (const table of IPTABLES_COUNTED_TABLES) {
           let total = 0;
           for (const [key, rules] of counts) if (key.startsWith(`${table} `)) total += rules;
-          iptablesRules.push({ family: plan.family, table, written: written[table], total });
+          iptablesRules.push({
+            family: plan.family,
+            table,
+            written: applied.written[table],
+            total,
+          });
         }
       }
       parts.push(
-        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.inputs.length} scripts (${kind})`,
+        `${plan.family}: ${plan.services.length} services, ${applied.rules} rules in ${applied.inputs} scripts (${kind})`,
       );
     }
     if (full && this.#otherVariantPending) await this.#cleanOtherVariant(variant);
@@ -350,37 +378,30 @@ class IptablesBackend implements Backend {
   async #syncFull(
     plan: Plan,
     programs: IptablesPrograms,
-    hadCounters = false,
+    options: { hadCounters: boolean; counts: Map<string, number> },
   ): Promise<Applied> {
     const localhost = plan.family === "IPv4" && this.#renderOptions.localhostNodePorts === true;
     if (localhost && !this.#routeLocalnetSet) {
       await setSysctls(this.#executor, { "net.ipv4.conf.all.route_localnet": "1" });
       this.#routeLocalnetSet = true;
     }
-    // One save per table replaces a -C per jump (each reads the whole table).
-    const nat = await this.#save(programs, "nat");
-    const filter = await this.#save(programs, "filter");
     const jumps: BaseJump[] = [...BASE_JUMPS, ...(localhost ? LOCALHOST_FIREWALL_JUMPS : [])];
-    const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
+    const { kernel, known, insertJumps } = await this.#readTables(programs, jumps);
     const counters = planNfacctNames(plan);
     // With counters off from the start nfacct is not run at all: objects an
     // earlier process left go with --cleanup.
-    const existing = plan.serviceCounters === true || hadCounters
+    const existing = plan.serviceCounters === true || options.hadCounters
       ? new Set((await this.#listNfacct()).keys())
       : new Set<string>();
     await this.#addNfacct(new Set([...counters].filter((name) => !existing.has(name))));
-    const sync = renderFullSync(plan, {
+    const stream = fullSyncInputs(plan, {
       ...this.#renderOptions,
-      kernel: {
-        nat: parseSavedChains(nat ?? ""),
-        natTargets: parseSavedTargets(nat ?? ""),
-        filter: parseSavedChains(filter ?? ""),
-      },
-      insertJumps: missingJumps({ nat, filter }, known),
+      kernel,
+      insertJumps,
       maxChainsPerChunk: this.#maxChainsPerChunk(),
     });
-    const applied = await this.#apply(programs, sync);
-    this.#alternates.set(plan.family, sync.alternates);
+    const applied = await this.#apply(programs, stream, options.counts);
+    this.#alternates.set(plan.family, applied.alternates);
     for (const jump of jumps) {
       if (!known.includes(jump)) await this.#ensureJump(programs, jump);
     }
@@ -390,24 +411,63 @@ class IptablesBackend implements Backend {
     return applied;
   }
 
-  /** Runs a sync's inputs in order: staging, the switching input, cleanup. */
-  async #apply(programs: IptablesPrograms, sync: SyncInputs): Promise<Applied> {
-    const inputs = [
-      ...sync.staging.map((script) => [script]),
-      sync.commit,
-      ...sync.cleanup.map((
-        script,
-      ) => [script]),
-    ].filter((blocks) => blocks.length > 0);
-    for (const blocks of inputs) await this.#restore(programs, blocks);
-    const rules = [...sync.staging, ...sync.commit].reduce((sum, s) => sum + s.ruleCount, 0);
-    return { rules, inputs };
+  /**
+   * What a full sync needs from the nat and filter tables, read with one
+   * save per table (which replaces a -C per jump: each reads the whole
+   * table); the saved text is not kept.
+   */
+  async #readTables(programs: IptablesPrograms, jumps: readonly BaseJump[]): Promise<{
+    kernel: KernelChains;
+    known: BaseJump[];
+    insertJumps: BaseJump[];
+  }> {
+    const nat = await this.#save(programs, "nat");
+    const filter = await this.#save(programs, "filter");
+    const known = jumps.filter((jump) => (jump.table === "nat" ? nat : filter) !== undefined);
+    return {
+      kernel: {
+        nat: parseSavedChains(nat ?? ""),
+        natTargets: parseSavedTargets(nat ?? ""),
+        filter: parseSavedChains(filter ?? ""),
+      },
+      known,
+      insertJumps: missingJumps({ nat, filter }, known),
+    };
+  }
+
+  /**
+   * Runs a sync's inputs in order: staging (each rendered once the one
+   * before it ran), the switching input, cleanup; counts each input's rules
+   * into `counts` once it ran.
+   */
+  async #apply(
+    programs: IptablesPrograms,
+    sync: SyncInputs | FullSyncStream,
+    counts: Map<string, number>,
+  ): Promise<Applied & { alternates: Set<string> }> {
+    const applied: Applied = { rules: 0, inputs: 0, written: { filter: 0, nat: 0 } };
+    const garbage = new GarbageBudget({ ...this.#garbage, share: 1 / 4 });
+    const run = async (blocks: readonly IptablesRestoreScript[], writes: boolean) => {
+      if (blocks.length === 0) return;
+      garbage.spent(await this.#restore(programs, blocks));
+      applied.inputs++;
+      for (const script of blocks) {
+        if (writes) applied.rules += script.ruleCount;
+        countChainRules(counts, script, applied.written);
+      }
+    };
+    for (const script of sync.staging) await run([script], true);
+    const rest = "finish" in sync ? sync.finish() : sync;
+    await run(rest.commit, true);
+    for (const script of rest.cleanup) await run([script], false);
+    return { ...applied, alternates: rest.alternates };
   }
 
   /** Restores only what changed, chunked like a full sync when it declares too many chains. */
   async #syncPartial(
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
+    counts: Map<string, number>,
   ): Promise<Applied> {
     const sync = renderPartialSync(change, {
       ...this.#renderOptions,
@@ -418,8 +478,8 @@ class IptablesBackend implements Backend {
     const before = planNfacctNames(change.previous, changedPorts(change.previous));
     const after = planNfacctNames(change.next, changedPorts(change.next));
     await this.#addNfacct(new Set([...after].filter((name) => !before.has(name))));
-    const applied = await this.#apply(programs, sync);
-    this.#alternates.set(change.next.family, sync.alternates);
+    const applied = await this.#apply(programs, sync, counts);
+    this.#alternates.set(change.next.family, applied.alternates);
     await this.#deleteNfacct([...before].filter((name) => !after.has(name)));
     return applied;
   }
@@ -440,19 +500,24 @@ class IptablesBackend implements Backend {
     return undefined;
   }
 
-  /** Runs one iptables-restore input made of `blocks`; a block with a pending error runs nothing. */
+  /**
+   * Runs one iptables-restore input made of `blocks` and returns its length;
+   * a block with a pending error runs nothing.
+   */
   async #restore(
     programs: IptablesPrograms,
     blocks: readonly IptablesRestoreScript[],
-  ): Promise<void> {
+  ): Promise<number> {
     const error = blocks.find((script) => script.error)?.error;
     if (error) throw error;
+    const stdin = inputText(blocks);
     await runChecked(this.#executor, {
       program: programs.restore,
       args: RESTORE_ARGS,
-      stdin: inputText(blocks),
+      stdin,
       timeoutMs: RESTORE_TIMEOUT_MS,
     });
+    return stdin.length;
   }
 
   async #ensureJump(programs: IptablesPrograms, jump: BaseJump): Promise<void> {

@@ -188,8 +188,10 @@ export function missingJumps(
 ): BaseJump[] {
   return jumps.filter((jump) => {
     const save = saves[jump.table] ?? "";
-    return !save.split("\n").some((line) =>
-      line.startsWith(`-A ${jump.from} `) && line.endsWith(` -j ${jump.to}`) &&
+    // Only the built-in chain's own lines, not one line per rule of the table.
+    const lines = save.matchAll(new RegExp(`^-A ${jump.from} .*$`, "gm"));
+    return !lines.some(([line]) =>
+      line.endsWith(` -j ${jump.to}`) &&
       (jump.comment === "" || line.includes(jump.comment)) &&
       jump.match.every((word) => line.includes(word))
     );

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
+import { sha256 } from "../../lib/core/sha256.ts";
 import type { PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 
 const BASE32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
@@ -35,8 +35,7 @@ function base32(bytes: Uint8Array): string {
 
 /** The first 16 base32 characters of SHA-256(`text`), as kube-proxy's chain names carry. */
 export function hash16(text: string): string {
-  const digest = createHash("sha256").update(text).digest();
-  return base32(new Uint8Array(digest.buffer, digest.byteOffset, 10));
+  return base32(sha256(text).subarray(0, 10));
 }
 
 /** The upstream `ServicePortName.String()`: `ns/name:port`, or `ns/name` for an unnamed port. */

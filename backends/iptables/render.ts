@@ -67,17 +67,27 @@ function serviceChainGroups(plan: Plan): ChainRules[] {
 
 /**
  * The same chains with per-service chains renamed by `name` (upstream name
- * to the name written), as declared and as jump targets.
+ * to the name written), as declared and as jump targets. A rule whose jump
+ * keeps its name is shared, not copied.
  */
 export function renamed(chains: ChainRules, name: (chain: string) => string): ChainRules {
   const out: ChainRules = new Map();
   for (const [chain, rules] of chains) {
-    out.set(
-      name(chain),
-      rules.map((rule) => rule.map((arg, i) => (rule[i - 1] === "-j" ? name(arg) : arg))),
-    );
+    out.set(name(chain), rules.map((rule) => renamedRule(rule, name)));
   }
   return out;
+}
+
+function renamedRule(rule: string[], name: (chain: string) => string): string[] {
+  let copy: string[] | undefined;
+  for (let i = 1; i < rule.length; i++) {
+    if (rule[i - 1] !== "-j") continue;
+    const to = name(rule[i]!);
+    if (to === rule[i]) continue;
+    copy ??= [...rule];
+    copy[i] = to;
+  }
+  return copy ?? rule;
 }
 
 /** What a full sync found in the kernel, from `iptables-save` of nat and filter. */
@@ -163,6 +173,14 @@ export function chunks<T>(items: readonly T[], size: number): T[][] {
   return out;
 }
 
+/** A full sync rendered as it runs: {@linkcode fullSyncInputs}. */
+export interface FullSyncStream {
+  /** The staging inputs, each rendered only when asked for. */
+  staging: Iterable<IptablesRestoreScript>;
+  /** The switching commit and the cleanup inputs; call once `staging` was iterated through. */
+  finish(): Omit<SyncInputs, "staging">;
+}
+
 /**
  * Renders a full sync. With `maxChainsPerChunk` finite (iptables-nft-restore
  * is quadratic in the chains one input declares: 2k services × 10 endpoints
@@ -173,6 +191,17 @@ export function chunks<T>(items: readonly T[], size: number): T[][] {
  * A live chain is never rewritten before the switch.
  */
 export function renderFullSync(plan: Plan, options: FullSyncOptions): SyncInputs {
+  const stream = fullSyncInputs(plan, options);
+  const staging = [...stream.staging];
+  return { staging, ...stream.finish() };
+}
+
+/**
+ * {@linkcode renderFullSync} one staging input at a time: each service
+ * port's chains are rendered when the input that holds them is asked for,
+ * so a sync holds one input's text and rules at a time, not the ruleset's.
+ */
+export function fullSyncInputs(plan: Plan, options: FullSyncOptions): FullSyncStream {
   const { kernel } = options;
   const chunked = options.maxChainsPerChunk !== Infinity;
   const alternates = new Set<string>();
@@ -181,60 +210,68 @@ export function renderFullSync(plan: Plan, options: FullSyncOptions): SyncInputs
     alternates.add(chain);
     return alternateChainName(chain);
   };
+  const largeCluster = isLargeCluster(plan);
   const top = renderTopLevelChains(plan, options);
-  const services = serviceChainGroups(plan).map((chains) => renamed(chains, name));
   const topNat = renamed(top.nat, name);
-
-  const widen = new IptablesRestoreScript(plan.family);
-  widenFilter(widen, undefined, top.filter, new Set(kernel.filter));
+  const used = new Set(topNat.keys());
   const nat = new IptablesRestoreScript(plan.family);
-  const staging: IptablesRestoreScript[] = [];
-  if (chunked) {
+  if (!chunked) writeChains(nat, "nat", topNat);
+
+  function* staging(): Generator<IptablesRestoreScript> {
     // Service chains jump to KUBE-MARK-MASQ: create it, if missing, before them.
-    let chunk = new Map<string, string[][]>();
-    const flush = () => {
-      if (chunk.size === 0) return;
-      const script = new IptablesRestoreScript(plan.family);
-      writeChains(script, "nat", chunk);
-      staging.push(script);
-      chunk = new Map();
-    };
-    if (!kernel.nat.includes(Chains.markMasq)) {
+    let chunk: ChainRules = new Map();
+    if (chunked && !kernel.nat.includes(Chains.markMasq)) {
       chunk.set(Chains.markMasq, topNat.get(Chains.markMasq) ?? []);
     }
-    for (const chains of services) {
-      if (chunk.size > 0 && chunk.size + chains.size > options.maxChainsPerChunk) flush();
+    for (const service of plan.services) {
+      const chains = renamed(renderServiceChains(service, plan, largeCluster), name);
+      for (const chain of chains.keys()) used.add(chain);
+      if (!chunked) {
+        writeChains(nat, "nat", chains);
+        continue;
+      }
+      if (chunk.size > 0 && chunk.size + chains.size > options.maxChainsPerChunk) {
+        yield chunkScript(chunk);
+        chunk = new Map();
+      }
       for (const [chain, rules] of chains) chunk.set(chain, rules);
     }
-    flush();
-    writeChains(nat, "nat", topNat);
-  } else {
-    writeChains(nat, "nat", new Map([...topNat, ...services.flatMap((chains) => [...chains])]));
+    if (chunk.size > 0) yield chunkScript(chunk);
   }
-  const narrow = new IptablesRestoreScript(plan.family);
-  narrow.declareChain("mangle", Chains.canary);
-  writeChains(narrow, "filter", top.filter);
-  for (const jump of options.insertJumps ?? []) {
-    (jump.table === "nat" ? nat : narrow).insertRule(jump.table, jump.from, baseJumpArgs(jump));
-  }
+  const chunkScript = (chunk: ChainRules) => {
+    const script = new IptablesRestoreScript(plan.family);
+    writeChains(script, "nat", chunk);
+    return script;
+  };
 
-  const used = new Set([...topNat.keys(), ...services.flatMap((chains) => [...chains.keys()])]);
-  const stale = kernel.nat.filter((chain) =>
-    !used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)
-  );
-  const cleanup: IptablesRestoreScript[] = [];
-  if (chunked) {
-    // Callers before callees (FW → EXT → SVC/SVL → SEP): an input flushes
-    // and deletes chains whose callers went in the same input or earlier.
-    const sorted = [...stale].sort((a, b) => callerRank(a) - callerRank(b));
-    for (const group of chunks(sorted, options.maxChainsPerChunk)) {
-      const script = new IptablesRestoreScript(plan.family);
-      for (const chain of group) script.deleteChain("nat", chain);
-      cleanup.push(script);
+  const finish = (): Omit<SyncInputs, "staging"> => {
+    const widen = new IptablesRestoreScript(plan.family);
+    widenFilter(widen, undefined, top.filter, new Set(kernel.filter));
+    if (chunked) writeChains(nat, "nat", topNat);
+    const narrow = new IptablesRestoreScript(plan.family);
+    narrow.declareChain("mangle", Chains.canary);
+    writeChains(narrow, "filter", top.filter);
+    for (const jump of options.insertJumps ?? []) {
+      (jump.table === "nat" ? nat : narrow).insertRule(jump.table, jump.from, baseJumpArgs(jump));
     }
-  } else {
-    for (const chain of stale) nat.deleteChain("nat", chain);
-  }
-  const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
-  return { staging, commit, cleanup, alternates };
+    const stale = kernel.nat.filter((chain) =>
+      !used.has(chain) && isOwnedChain(chain) && !top.filter.has(chain)
+    );
+    const cleanup: IptablesRestoreScript[] = [];
+    if (chunked) {
+      // Callers before callees (FW → EXT → SVC/SVL → SEP): an input flushes
+      // and deletes chains whose callers went in the same input or earlier.
+      const sorted = [...stale].sort((a, b) => callerRank(a) - callerRank(b));
+      for (const group of chunks(sorted, options.maxChainsPerChunk)) {
+        const script = new IptablesRestoreScript(plan.family);
+        for (const chain of group) script.deleteChain("nat", chain);
+        cleanup.push(script);
+      }
+    } else {
+      for (const chain of stale) nat.deleteChain("nat", chain);
+    }
+    const commit = [widen, nat, narrow].filter((script) => !script.isEmpty || script.error);
+    return { commit, cleanup, alternates };
+  };
+  return { staging: staging(), finish };
 }

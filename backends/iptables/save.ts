@@ -72,12 +72,10 @@ export function splitSave(save: string): Map<string, string> {
   return tables;
 }
 
+/** Reads the chains `iptables-save` output of one table declares, in order. */
 export function parseSavedChains(save: string): string[] {
   const chains: string[] = [];
-  for (const line of save.split("\n")) {
-    const match = /^:(\S+) /.exec(line);
-    if (match?.[1]) chains.push(match[1]);
-  }
+  for (const match of save.matchAll(/^:(\S+) /gm)) chains.push(match[1]!);
   return chains;
 }
 

@@ -22,6 +22,8 @@ interface TableContent {
   /** Chains rules may be appended to: declared here, or kept as the kernel has them. */
   declared: Set<string>;
   rules: string[];
+  /** Rules appended (`-A`) per chain. */
+  appended: Map<string, number>;
   deleted: string[];
 }
 
@@ -47,10 +49,9 @@ export class IptablesRestoreScript {
     return this.#ruleCount;
   }
 
-  /** The chain of each rule appended to a table, in order (one entry per `-A` rule). */
-  appendedChains(table: IptablesTable): string[] {
-    const rules = this.#tables.get(table)?.rules ?? [];
-    return rules.filter((rule) => rule.startsWith("-A ")).map((rule) => rule.split(" ")[1]!);
+  /** The number of rules appended (`-A`) to each chain of a table. */
+  appendedRules(table: IptablesTable): ReadonlyMap<string, number> {
+    return this.#tables.get(table)?.appended ?? new Map();
   }
 
   /** True when the script would change nothing. */
@@ -152,14 +153,16 @@ export class IptablesRestoreScript {
       }
       words.push(word);
     }
-    this.#table(table).rules.push(words.join(" "));
+    const content = this.#table(table);
+    content.rules.push(words.join(" "));
+    if (verb === "-A") content.appended.set(chain, (content.appended.get(chain) ?? 0) + 1);
     this.#ruleCount++;
   }
 
   #table(table: IptablesTable): TableContent {
     let content = this.#tables.get(table);
     if (!content) {
-      content = { chains: [], declared: new Set(), rules: [], deleted: [] };
+      content = { chains: [], declared: new Set(), rules: [], appended: new Map(), deleted: [] };
       this.#tables.set(table, content);
     }
     return content;

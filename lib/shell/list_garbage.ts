@@ -11,6 +11,9 @@
  * about the live heap, which grows with it too); one more at the end of each
  * list frees its last pages before the first sync plans and renders.
  *
+ * {@linkcode GarbageBudget} does the same for other work whose garbage is
+ * promoted before it dies (the iptables mode's restore inputs).
+ *
  * V8's `gc` is reached without a command-line flag: `--expose-gc` set at run
  * time installs `gc` in contexts created afterwards, such as `node:vm`'s.
  *
@@ -37,9 +40,60 @@ function fullCollection(): void {
   collect();
 }
 
+/** Options of {@linkcode GarbageBudget}. */
+export interface GarbageBudgetOptions {
+  /** Bytes between two collections, at least. */
+  minBytes: number;
+  /** Of all bytes counted so far, the share between two collections. */
+  share: number;
+  /** Runs a full collection (tests pass a counter). @default {V8's full GC} */
+  collect?: () => void;
+}
+
+/**
+ * Runs a full collection each time enough bytes were handled since the last
+ * one: at least `minBytes`, and at least `share` of all bytes so far, so the
+ * collections' total cost stays proportional to the work.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const garbage = new GarbageBudget({ minBytes: 2 * 1024 * 1024, share: 1 / 4 });
+ * garbage.spent(input.length);
+ * ```
+ */
+export class GarbageBudget {
+  #total = 0;
+  #sinceCollection = 0;
+  readonly #minBytes: number;
+  readonly #share: number;
+  readonly #collect: () => void;
+
+  constructor(options: GarbageBudgetOptions) {
+    this.#minBytes = options.minBytes;
+    this.#share = options.share;
+    this.#collect = options.collect ?? fullCollection;
+  }
+
+  /** Records `bytes` handled; collects when the budget is spent. */
+  spent(bytes: number): void {
+    this.#total += bytes;
+    this.#sinceCollection += bytes;
+    if (this.#sinceCollection < Math.max(this.#minBytes, this.#total * this.#share)) return;
+    this.#sinceCollection = 0;
+    this.#collect();
+  }
+
+  /** Collects what was handled since the last collection, if anything. */
+  settle(): void {
+    if (this.#sinceCollection === 0) return;
+    this.#sinceCollection = 0;
+    this.#collect();
+  }
+}
+
 /**
  * Counts listed bytes and runs a full collection when enough were read since
- * the last one.
+ * the last one (16 MiB, or a quarter of all listed).
  *
  * @example Usage
  * ```ts ignore
@@ -47,29 +101,19 @@ function fullCollection(): void {
  * garbage.listed(pageText.length);
  * ```
  */
-export class ListGarbage {
-  #total = 0;
-  #sinceCollection = 0;
-  readonly #collect: () => void;
-
+export class ListGarbage extends GarbageBudget {
   /** `collect` runs a full collection (tests pass a counter). */
   constructor(collect: () => void = fullCollection) {
-    this.#collect = collect;
+    super({ minBytes: MIN_BUDGET, share: BUDGET_SHARE, collect });
   }
 
   /** Records one page of `bytes` read; collects when the budget is spent. */
   listed(bytes: number): void {
-    this.#total += bytes;
-    this.#sinceCollection += bytes;
-    if (this.#sinceCollection < Math.max(MIN_BUDGET, this.#total * BUDGET_SHARE)) return;
-    this.#sinceCollection = 0;
-    this.#collect();
+    this.spent(bytes);
   }
 
   /** A list ended: collects what its pages since the last collection left. */
   ended(): void {
-    if (this.#sinceCollection === 0) return;
-    this.#sinceCollection = 0;
-    this.#collect();
+    this.settle();
   }
 }

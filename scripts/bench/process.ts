@@ -147,6 +147,10 @@ export async function benchProcess(options: {
   runs?: number;
   /** Serve HTTPS, as a real apiserver. @default {true} */
   https?: boolean;
+  /** The kproxy entry point to run, for A/B runs of two checkouts. @default {this checkout's main.ts} */
+  main?: string;
+  /** V8 flags of the kproxy process. @default {V8_FLAGS, as the compiled executable} */
+  v8Flags?: readonly string[];
 }): Promise<ProcessRow> {
   const runs: ProcessRun[] = [];
   for (let run = 0; run < (options.runs ?? 1); run++) runs.push(await processRun(options));
@@ -213,6 +217,8 @@ async function processRun(options: {
   size: ClusterSize;
   settleMs?: number;
   https?: boolean;
+  main?: string;
+  v8Flags?: readonly string[];
 }): Promise<ProcessRun> {
   const { mode, size } = options;
   return await withNamespace(`proc-${mode.slice(0, 3)}`, async (namespace) => {
@@ -242,8 +248,10 @@ async function processRun(options: {
           Deno.execPath(),
           "run",
           "--allow-all",
-          `--v8-flags=${V8_FLAGS.join(",")}`,
-          MAIN,
+          ...(options.v8Flags ?? V8_FLAGS).length === 0
+            ? []
+            : [`--v8-flags=${(options.v8Flags ?? V8_FLAGS).join(",")}`],
+          options.main ?? MAIN,
           ...kproxyArgs({ mode, kubeconfig }),
           `--${mode}-sync-period=1h`,
           "--v=2",

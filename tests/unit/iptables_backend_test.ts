@@ -441,3 +441,32 @@ Deno.test({
     }
   },
 });
+
+Deno.test("createIptablesBackend() collects garbage every so many bytes of restore input, not after a small sync", async () => {
+  const executor = new FakeExecutor();
+  let collections = 0;
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    nftChainsPerRestore: 20,
+    garbage: { minBytes: 4096, collect: () => collections++ },
+  });
+  await backend.sync({ plans: [uniformCluster(30, 3)], changed: new Set(), full: true });
+  const written = restores(executor.calls).reduce(
+    (sum, call) => sum + (call.stdin ?? "").length,
+    0,
+  );
+  assert.ok(written > 3 * 4096, `${written} bytes of input`);
+  assert.ok(collections >= 2, `${collections} collections over ${written} bytes`);
+  const afterFull = collections;
+  const small = createIptablesBackend({
+    executor: new FakeExecutor(),
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    garbage: { minBytes: 1 << 20, collect: () => collections++ },
+  });
+  await small.sync({ plans: [change.previous], changed: new Set(), full: true });
+  await small.sync({ plans: [change.next], changed: new Set(["x"]), full: false });
+  assert.equal(collections, afterFull, "inputs below the budget collect nothing");
+});

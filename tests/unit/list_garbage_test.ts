@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ListGarbage } from "../../lib/shell/list_garbage.ts";
+import { GarbageBudget, ListGarbage } from "../../lib/shell/list_garbage.ts";
 
 const MiB = 1024 * 1024;
 
@@ -34,4 +34,21 @@ Deno.test("ListGarbage's default collection runs V8's gc without flags", () => {
   const garbage = new ListGarbage();
   garbage.listed(1);
   garbage.ended();
+});
+
+Deno.test("GarbageBudget collects every minBytes, then every share of all bytes so far", () => {
+  let collections = 0;
+  const garbage = new GarbageBudget({ minBytes: 100, share: 1 / 2, collect: () => collections++ });
+  garbage.spent(99);
+  assert.equal(collections, 0);
+  garbage.spent(1);
+  assert.equal(collections, 1);
+  garbage.spent(100);
+  assert.equal(collections, 2, "200 spent: the budget is still 100");
+  garbage.spent(199);
+  assert.equal(collections, 2, "399 spent: the budget is 199.5");
+  garbage.spent(1);
+  assert.equal(collections, 3);
+  garbage.settle();
+  assert.equal(collections, 3, "nothing since the last collection");
 });

@@ -1,0 +1,23 @@
+/**
+ * The V8 flags kproxy runs with wherever a kproxy tool starts the runtime:
+ * the compiled executable (`deno task compile`), `deno task launch` and the
+ * container image's launcher. V8 reads them only as the process starts
+ * (`v8.setFlagsFromString` at run time does not resize the young
+ * generation), so `deno run main.ts` by hand needs them on its command line:
+ * `deno run --v8-flags=--max-semi-space-size=4 …` or `DENO_V8_FLAGS`.
+ *
+ * A 4 MiB semi-space: left alone, V8 grows each semi-space to 32 MiB under
+ * the lists' and the first sync's allocation rate, and that memory stays
+ * resident (docs/BENCHMARKS.md, "Profile": 1k services in iptables mode
+ * peaked at 167–180 MiB without it, 123–139 MiB with it).
+ *
+ * @module
+ */
+
+/** V8 flags of every kproxy process a kproxy tool starts. */
+export const V8_FLAGS: readonly string[] = ["--max-semi-space-size=4"];
+
+/** {@linkcode V8_FLAGS} as one `deno run`/`deno compile` argument. */
+export function v8FlagsArg(): string {
+  return `--v8-flags=${V8_FLAGS.join(",")}`;
+}
