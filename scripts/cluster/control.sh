@@ -92,7 +92,7 @@ controllers_up() {
 dns_up() {
   running dns && return 0
   start_bg dns nsenter --net="/run/netns/$FABRIC_NS" "${DENO:-deno}" run --unstable-net \
-    --allow-net="0.0.0.0:53,$HOST_IP:7443" --allow-read="$P" \
+    --allow-net="$DNS_IP:53,$HOST_IP:7443" --allow-read="$P" \
     "$CLUSTER_DIR/dns.ts" --listen "$DNS_IP" --apiserver "$APISERVER" --ca "$P/ca.crt" \
     --token-file "$P/token"
   wait_for 30 "the cluster DNS" grep -q listening "$LOGS/dns.log"
