@@ -19,7 +19,7 @@ import {
   checkFrontendsHeldOnce,
   checkServicePort,
 } from "../../lib/core/plan_check.ts";
-import { parseIP } from "../../lib/core/ip.ts";
+import { cidrContains, parseIP } from "../../lib/core/ip.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
 const KPROXY_ID_PREFIX = "6b70726f";
@@ -78,7 +78,8 @@ export interface LoadBalancerSpec {
   /** LoadBalancerPortMappingFlags. */
   portFlags: number;
   distribution: number;
-  /** `--source-vip` for overlay networks, "" when none. */
+  /** Overlay networks: `--source-vip`, or the node's address (see {@linkcode renderWindows}); "" on
+   * other networks. */
   sourceVip: string;
   /** Sorted by IP. */
   backends: LoadBalancerBackend[];
@@ -90,6 +91,8 @@ export interface RemoteEndpointSpec {
   ip: string;
   /** A MAC derived from the IP, as upstream's `conjureMac("02-11", ip)`. */
   mac: string;
+  /** Overlay networks: the address of the host that holds `ip`; "" on other networks. */
+  providerAddress: string;
 }
 
 /** Everything the kernelspace mode programs for one family. */
@@ -103,12 +106,30 @@ export interface WindowsDesiredState {
   unsupported: { servicePortId: string; reason: string }[];
 }
 
+/** One RemoteSubnetRoute policy of an Overlay network: a pod subnet and the host holding it. */
+export interface RemoteSubnet {
+  destinationPrefix: string;
+  providerAddress: string;
+}
+
+/** What the kernelspace mode needs to know of the HNS network of the pods. */
+export interface HnsNetworkInfo {
+  /** HNS network type: "L2Bridge", "Overlay", … */
+  type: string;
+  /** Overlay networks: the remote subnet routes. */
+  remoteSubnets: RemoteSubnet[];
+}
+
 /** Options for {@linkcode renderWindows}. */
 export interface WindowsRenderOptions {
-  /** `--source-vip` (overlay networks); "" when none. */
+  /** `--source-vip` when it is of the plan's family, else "". Used on Overlay networks only. */
   sourceVip?: string;
-  /** DSR: `--enable-dsr` and the WinDSR feature gate, both required. */
+  /** DSR on cluster IPs: `--enable-dsr` (which needs the WinDSR feature gate). */
   dsr?: boolean;
+  /** The HNS network; without it the network is taken for L2Bridge. */
+  network?: HnsNetworkInfo;
+  /** The node's address of the plan's family (upstream's `nodeIP`), "" when it has none. */
+  nodeIP?: string;
 }
 
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -129,9 +150,30 @@ function kproxyId(kind: "0001" | "0002", content: string): string {
   return `${KPROXY_ID_PREFIX}-${kind}-${hash.slice(0, 4)}-${hash.slice(4, 8)}-${hash.slice(8, 20)}`;
 }
 
-/** The id of the remote endpoint kproxy creates for an endpoint IP. */
-export function remoteEndpointId(ip: string): string {
-  return kproxyId("0002", `remote-endpoint/${ip}`);
+/** The id of the remote endpoint kproxy creates for an endpoint IP (behind `providerAddress`,
+ * on Overlay networks). */
+export function remoteEndpointId(ip: string, providerAddress = ""): string {
+  return kproxyId(
+    "0002",
+    providerAddress === ""
+      ? `remote-endpoint/${ip}`
+      : `remote-endpoint/${ip}/pa/${providerAddress}`,
+  );
+}
+
+/**
+ * The provider address of a remote endpoint on an Overlay network, as upstream's
+ * `findRemoteSubnetProviderAddress`: the route whose prefix holds `ip`, or whose provider address
+ * is `ip` (a host-network endpoint on another node); "" when no route matches.
+ */
+export function findProviderAddress(subnets: readonly RemoteSubnet[], ip: string): string {
+  let found = "";
+  for (const subnet of subnets) {
+    if (subnet.providerAddress === ip || cidrContains(subnet.destinationPrefix, ip)) {
+      found = subnet.providerAddress;
+    }
+  }
+  return found;
 }
 
 /** A MAC address for a remote endpoint: `02-11-` and four bytes of the IP (the last four,
@@ -146,13 +188,19 @@ export function conjureMac(ip: string): string {
 }
 
 /**
- * Renders the desired HNS objects of a plan. Pure.
+ * Renders the desired HNS objects of a plan. Pure. What HNS is asked follows upstream's winkernel
+ * proxier (docs/WINDOWS.md, "Cases beside upstream"):
  *
  * - cluster IPs use `internal` endpoints; node ports, external IPs and
  *   load-balancer IPs use `external` ones (Local policies are already applied);
  * - HNS maps one internal port per load balancer: endpoints whose port differs
  *   from the first endpoint's are left out and reported in `unsupported`;
- * - DSR applies to cluster IPs, and to external addresses of Local services;
+ * - DSR: on cluster IPs with `dsr` (`--enable-dsr`); on node ports, external IPs and
+ *   load-balancer IPs of externalTrafficPolicy Local services, always;
+ * - Overlay networks: a remote endpoint carries the provider address of the host
+ *   holding it (the node's own address when no route names one), and a load balancer
+ *   the source VIP, or the node's address when one of its remote endpoints is a
+ *   host's own address or outside every pod subnet; other networks get neither;
  * - affinity uses source-IP distribution; HNS has no timeout, so a timeout
  *   other than the default is reported in `unsupported`, as are source ranges.
  *
@@ -160,13 +208,26 @@ export function conjureMac(ip: string): string {
  */
 export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): WindowsDesiredState {
   const family = plan.family;
-  const sourceVip = options.sourceVip ?? "";
+  const overlay = options.network?.type.toLowerCase() === "overlay";
+  const sourceVip = overlay ? options.sourceVip ?? "" : "";
   if (sourceVip !== "") checkAddress(sourceVip, family);
+  const nodeIP = options.nodeIP ?? "";
+  if (nodeIP !== "") checkAddress(nodeIP, family);
+  const subnets = options.network?.remoteSubnets ?? [];
   checkFrontendsHeldOnce(plan);
   const dsr = options.dsr ?? false;
   const balancers = new Map<string, LoadBalancerSpec>();
   const remotes = new Map<string, RemoteEndpointSpec>();
   const unsupported: WindowsDesiredState["unsupported"] = [];
+  /** The provider address of a remote endpoint, and whether it is the host's own or none. */
+  const locate = (ip: string) => {
+    if (!overlay) return { providerAddress: "", nodeSourced: false };
+    const found = findProviderAddress(subnets, ip);
+    return {
+      providerAddress: found === "" ? nodeIP : found,
+      nodeSourced: found === "" || found === ip,
+    };
+  };
 
   for (const service of plan.services) {
     checkServicePort(service, family);
@@ -183,27 +244,27 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
       note("loadBalancerSourceRanges are not enforced by HNS load balancers");
     }
     const add = (kind: VipKind, vip: string, externalPort: number, endpoints: PlanEndpoint[]) => {
-      const backends = pickBackends(endpoints, note);
+      const backends = pickBackends(endpoints, note, (ip) => locate(ip).providerAddress);
       // As upstream: no HNS load balancer without backends (HNS rejects an empty one).
       if (backends.length === 0) return;
+      let nodeSourced = false;
       for (const backend of backends) {
-        if (!backend.isLocal) {
-          remotes.set(backend.ip, {
-            id: backend.remoteEndpointId,
-            ip: backend.ip,
-            mac: conjureMac(backend.ip),
-          });
-        }
+        if (backend.isLocal) continue;
+        const { providerAddress, nodeSourced: own } = locate(backend.ip);
+        nodeSourced ||= own;
+        remotes.set(backend.remoteEndpointId, {
+          id: backend.remoteEndpointId,
+          ip: backend.ip,
+          mac: conjureMac(backend.ip),
+          providerAddress,
+        });
       }
       const external = kind !== "clusterIP";
-      const localDsr = dsr && service.externalLocal;
       let portFlags = PORT_FLAGS.none;
       if (kind === "nodePort") portFlags |= PORT_FLAGS.localRoutedVip;
       if (external) portFlags |= PORT_FLAGS.vipExternalIp;
       let flags = family === "IPv6" ? LB_FLAGS.ipv6 : LB_FLAGS.none;
-      if ((kind === "clusterIP" && dsr) || (external && kind !== "nodePort" && localDsr)) {
-        flags |= LB_FLAGS.dsr;
-      }
+      if (external ? service.externalLocal : dsr) flags |= LB_FLAGS.dsr;
       const spec: Omit<LoadBalancerSpec, "id"> = {
         servicePortId: service.id,
         kind,
@@ -216,7 +277,7 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
         distribution: service.affinityTimeoutSeconds > 0
           ? DISTRIBUTION.sourceIP
           : DISTRIBUTION.none,
-        sourceVip,
+        sourceVip: overlay && nodeSourced && nodeIP !== "" ? nodeIP : sourceVip,
         backends,
       };
       const id = kproxyId("0001", JSON.stringify({ ...spec, servicePortId: undefined }));
@@ -244,6 +305,7 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
 function pickBackends(
   endpoints: PlanEndpoint[],
   note: (reason: string) => void,
+  providerAddress: (ip: string) => string,
 ): LoadBalancerBackend[] {
   const port = endpoints[0]?.port;
   const backends = new Map<string, LoadBalancerBackend>();
@@ -255,7 +317,7 @@ function pickBackends(
     backends.set(ep.ip, {
       ip: ep.ip,
       isLocal: ep.isLocal,
-      remoteEndpointId: ep.isLocal ? "" : remoteEndpointId(ep.ip),
+      remoteEndpointId: ep.isLocal ? "" : remoteEndpointId(ep.ip, providerAddress(ep.ip)),
     });
   }
   return [...backends.values()].sort((a, b) => compare(a.ip, b.ip));

@@ -12,7 +12,12 @@
  * @module
  */
 
-import type { LoadBalancerSpec, RemoteEndpointSpec } from "./render.ts";
+import type {
+  HnsNetworkInfo,
+  LoadBalancerSpec,
+  RemoteEndpointSpec,
+  RemoteSubnet,
+} from "./render.ts";
 import { validateGuid } from "./render.ts";
 import { isIP } from "node:net";
 
@@ -165,31 +170,21 @@ function Remove-KpLoadBalancer([string] $Id) {
 function Remove-KpEndpoint([string] $Id) {
   try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
-  $parts = $Prefix.Split('/')
-  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
-  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
-  if ($a.Length -ne $b.Length) { return $false }
-  $bits = [int]$parts[1]
-  for ($i = 0; $i -lt $a.Length; $i++) {
-    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
-    $mask = (0xFF -shl (8 - $take)) -band 0xFF
-    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
-  }
-  return $true
-}
-function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress) {
   $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
-  if ($KpNetwork.Type -eq 'Overlay') {
-    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
-    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
-    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
-  }
+  if ($ProviderAddress -ne '') { $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $ProviderAddress } }) }
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
     $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Find-KpNetwork([string] $Name) {
+  $filter = ConvertTo-Json -Compress -InputObject @{ Name = $Name }
+  $query = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $filter }
+  $ids = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($query)))
+  if ($ids.Count -ne 1) { return $null }
+  return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
 }
 function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
   $endpointIds = @()
@@ -224,18 +219,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
  */
 function networkSection(networkName: string): string {
   return `$KpNetworkName = ${psQuote(networkName)}
-$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
-$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
-$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
-if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
-$KpNetworkId = [string]$KpNetworkIds[0]
-$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
-$KpRemoteSubnets = @()
-if ($KpNetwork.PSObject.Properties['Policies']) {
-  foreach ($policy in @($KpNetwork.Policies)) {
-    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
-  }
-}
+$KpNetwork = Find-KpNetwork $KpNetworkName
+if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
@@ -248,11 +234,14 @@ foreach ($ep in @(Get-KpEndpoints)) {
 
 /**
  * Renders the script that lists every HNS load balancer and endpoint of the
- * node; it prints `{"loadBalancers":[…],"endpoints":[…]}` (HCN properties).
+ * node, and the network named `networkName` (null when there is no such
+ * network, or no name); it prints
+ * `{"loadBalancers":[…],"endpoints":[…],"network":{…}}` (HCN properties).
  */
-export function renderListScript(): string {
+export function renderListScript(networkName = ""): string {
+  const network = networkName === "" ? "$null" : `(Find-KpNetwork ${psQuote(networkName)})`;
   return `${PROLOGUE}
-$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints) }
+$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints); network = ${network} }
 ConvertTo-Json -Compress -Depth 8 -InputObject $KpList
 `;
 }
@@ -281,7 +270,9 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
     if (!MAC.test(ep.mac)) throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
     lines.push(
       `New-KpRemoteEndpoint -Id ${psQuote(checkGuid(ep.id))} -Ip ${psQuote(checkIp(ep.ip))} ` +
-        `-Mac ${psQuote(ep.mac)}`,
+        `-Mac ${psQuote(ep.mac)} -ProviderAddress ${
+          psQuote(ep.providerAddress === "" ? "" : checkIp(ep.providerAddress))
+        }`,
     );
   }
   const creations = [
@@ -349,10 +340,12 @@ export function parseSyncReply(stdout: string): HnsSyncReply {
   };
 }
 
-/** Ids of the HNS objects a list script reported. */
+/** Ids of the HNS objects a list script reported, and the network it was asked for. */
 export interface HnsListing {
   loadBalancerIds: string[];
   endpointIds: string[];
+  /** Undefined when the script was given no network name or HNS has no such network. */
+  network?: HnsNetworkInfo;
 }
 
 /**
@@ -372,7 +365,29 @@ export function parseListReply(stdout: string): HnsListing {
       return id.toLowerCase();
     });
   };
-  return { loadBalancerIds: ids("loadBalancers"), endpointIds: ids("endpoints") };
+  return {
+    loadBalancerIds: ids("loadBalancers"),
+    endpointIds: ids("endpoints"),
+    network: parseNetwork(value.network),
+  };
+}
+
+/** The type and remote subnet routes of a HostComputeNetwork; malformed routes are skipped. */
+function parseNetwork(value: unknown): HnsNetworkInfo | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const network = value as Record<string, unknown>;
+  if (typeof network.Type !== "string") {
+    throw new TypeError("Cannot parse HNS listing: the network has no Type");
+  }
+  const policies = Array.isArray(network.Policies) ? network.Policies : [];
+  const remoteSubnets: RemoteSubnet[] = [];
+  for (const policy of policies) {
+    if (policy?.Type !== "RemoteSubnetRoute") continue;
+    const { DestinationPrefix, ProviderAddress } = policy.Settings ?? {};
+    if (typeof DestinationPrefix !== "string" || isIP(ProviderAddress ?? "") === 0) continue;
+    remoteSubnets.push({ destinationPrefix: DestinationPrefix, providerAddress: ProviderAddress });
+  }
+  return { type: network.Type, remoteSubnets };
 }
 
 function parseLastJson(stdout: string): Record<string, any> {

@@ -36,6 +36,7 @@ const ENV_VARS: readonly string[] = [
   "KUBECONFIG",
   "HOME",
   "NODE_NAME",
+  "KUBE_NETWORK",
   "LOG_TOKENS",
   "LOG_STREAM",
 ];

@@ -55,7 +55,11 @@ class FakeHns {
         IpConfigurations: [{ IpAddress: "10.244.2.7" }],
         Flags: 1,
       }));
-      return { code: 0, stdout: JSON.stringify({ loadBalancers, endpoints }) + "\r\n", stderr: "" };
+      const network = script.includes("Find-KpNetwork 'cbr0'")
+        ? { ID: "0B0B0B0B-0000-4000-8000-000000000001", Type: "L2Bridge", Policies: [] }
+        : null;
+      const listing = { loadBalancers, endpoints, network };
+      return { code: 0, stdout: JSON.stringify(listing) + "\r\n", stderr: "" };
     }
     const reply = {
       createdLoadBalancers: [] as string[],
@@ -116,7 +120,7 @@ function ids(plan: Plan): string[] {
   return renderWindows(plan).loadBalancers.map((lb) => lb.id);
 }
 
-Deno.test("WindowsBackend.sync() at start deletes stale kproxy objects and keeps foreign ones", async () => {
+Deno.test("WindowsBackend.sync() at start deletes every load balancer but its own, stale kproxy endpoints and no other endpoint", async () => {
   const hns = new FakeHns();
   const [kept = ""] = ids(SCENARIOS.nodeport!);
   for (const id of [FOREIGN_LB, STALE_LB, kept]) hns.loadBalancers.add(id);
@@ -128,16 +132,40 @@ Deno.test("WindowsBackend.sync() at start deletes stale kproxy objects and keeps
   const desired = renderWindows(SCENARIOS.nodeport!);
   assertEquals(hns.lastChanges(), [
     `Remove-KpLoadBalancer '${STALE_LB}'`,
+    `Remove-KpLoadBalancer '${FOREIGN_LB}'`,
     `Remove-KpEndpoint '${STALE_EP}'`,
     `New-KpRemoteEndpoint '${desired.remoteEndpoints[0]!.id}'`,
     ...desired.loadBalancers.filter((lb) => lb.id !== kept).map((lb) =>
       `New-KpLoadBalancer '${lb.id}'`
     ),
   ]);
-  ok(hns.loadBalancers.has(FOREIGN_LB) && hns.endpoints.has(FOREIGN_EP));
+  ok(!hns.loadBalancers.has(FOREIGN_LB) && hns.endpoints.has(FOREIGN_EP));
   assertEquals(
     [...hns.loadBalancers].filter(isKproxyId).sort(),
     desired.loadBalancers.map((lb) => lb.id),
+  );
+  hns.loadBalancers.add(FOREIGN_LB);
+  await backend.sync(request(SCENARIOS.nodeport!, true));
+  ok(hns.loadBalancers.has(FOREIGN_LB), "after start, a foreign load balancer is kept");
+});
+
+Deno.test("WindowsBackend.sync() fails while HNS has no such network", async () => {
+  const c = config();
+  c.winkernel.networkName = "other";
+  const backend = createWindowsBackend({ executor: new FakeHns().executor, config: c });
+  await rejects(backend.sync(request(SCENARIOS.nodeport!, true)), /Cannot find HNS network other/);
+});
+
+Deno.test("createWindowsBackend() takes the network from KUBE_NETWORK without --network-name", () => {
+  const c = config();
+  c.winkernel.networkName = "";
+  const read: string[] = [];
+  const getEnv = (name: string) => (read.push(name), "cbr0");
+  createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv });
+  assertEquals(read, ["KUBE_NETWORK"]);
+  throws(
+    () => createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv: () => "" }),
+    /neither --network-name nor KUBE_NETWORK/,
   );
 });
 
@@ -204,7 +232,11 @@ Deno.test("createWindowsBackend() rejects a network name that is not printable A
   for (const name of ["", "cbr0\nRemove-Item C:\\", "x".repeat(300)]) {
     const c = config();
     c.winkernel.networkName = name;
-    throws(() => createWindowsBackend({ executor: new FakeExecutor(), config: c }), TypeError);
+    const getEnv = () => undefined;
+    throws(
+      () => createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv }),
+      TypeError,
+    );
   }
 });
 
@@ -227,13 +259,20 @@ Deno.test("renderWindows() sets HNS flags per address kind, DSR and affinity", (
   assertEquals(off.nodePort?.portFlags, PORT_FLAGS.localRoutedVip | PORT_FLAGS.vipExternalIp);
   assertEquals(off.nodePort?.vip, "");
   assertEquals(off.nodePort?.externalPort, 30080);
-  assertEquals(off.externalIP?.flags, LB_FLAGS.none);
+  assertEquals(off.clusterIP?.flags, LB_FLAGS.none);
   assertEquals(off.clusterIP?.distribution, DISTRIBUTION.sourceIP);
-  const on = byKind(true);
-  assertEquals(on.clusterIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.loadBalancerIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.externalIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.nodePort?.flags, LB_FLAGS.none);
+  // externalTrafficPolicy Local: DSR on every external address, with or without --enable-dsr.
+  for (const on of [off, byKind(true)]) {
+    assertEquals(on.loadBalancerIP?.flags, LB_FLAGS.dsr);
+    assertEquals(on.externalIP?.flags, LB_FLAGS.dsr);
+    assertEquals(on.nodePort?.flags, LB_FLAGS.dsr);
+  }
+  assertEquals(byKind(true).clusterIP?.flags, LB_FLAGS.dsr);
+  const cluster = Object.fromEntries(
+    renderWindows(planOf([servicePort({ nodePort: 30080, externalIPs: ["198.51.100.20"] })]))
+      .loadBalancers.map((lb) => [lb.kind, lb.flags]),
+  );
+  assertEquals(cluster, { clusterIP: 0, nodePort: 0, externalIP: 0 }, "Cluster: no DSR");
   assertEquals(renderWindows(plan).unsupported, []);
 });
 
@@ -262,6 +301,72 @@ Deno.test("renderWindows() creates no load balancer without endpoints", () => {
   ]);
   const state = renderWindows(plan);
   assertEquals(state.loadBalancers.filter((lb) => lb.kind === "clusterIP"), []);
+});
+
+Deno.test("renderWindows() on Overlay: provider addresses and the source VIP as upstream", async (t) => {
+  const network = {
+    type: "Overlay",
+    remoteSubnets: [{ destinationPrefix: "10.244.2.0/24", providerAddress: "192.168.1.12" }],
+  };
+  const options = { network, sourceVip: "10.244.1.2", nodeIP: "10.201.0.1" };
+  const cases: { name: string; ip: string; providerAddress: string; sourceVip: string }[] = [
+    {
+      name: "a pod in a remote subnet",
+      ip: "10.244.2.7",
+      providerAddress: "192.168.1.12",
+      sourceVip: "10.244.1.2",
+    },
+    {
+      name: "a remote node's own address",
+      ip: "192.168.1.12",
+      providerAddress: "192.168.1.12",
+      sourceVip: "10.201.0.1",
+    },
+    {
+      name: "outside every subnet",
+      ip: "203.0.113.50",
+      providerAddress: "10.201.0.1",
+      sourceVip: "10.201.0.1",
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, () => {
+      const traffic = {
+        endpoints: [endpoint(c.ip, 8080)],
+        whenEmpty: "reject" as const,
+        reason: "",
+      };
+      const state = renderWindows(planOf([servicePort({ internal: traffic })]), options);
+      assertEquals(state.remoteEndpoints.map((ep) => [ep.ip, ep.providerAddress]), [
+        [c.ip, c.providerAddress],
+      ]);
+      assertEquals(state.loadBalancers.map((lb) => lb.sourceVip), [c.sourceVip]);
+    });
+  }
+  await t.step("L2Bridge: no provider address, no source VIP", () => {
+    const bridge = { ...options, network: { type: "L2Bridge", remoteSubnets: [] } };
+    const state = renderWindows(SCENARIOS.nodeport!, bridge);
+    ok(state.remoteEndpoints.every((ep) => ep.providerAddress === ""));
+    ok(state.loadBalancers.every((lb) => lb.sourceVip === ""));
+  });
+  await t.step("a route that moves gives the remote endpoint a new id", () => {
+    const traffic = {
+      endpoints: [endpoint("10.244.2.7", 8080)],
+      whenEmpty: "reject" as const,
+      reason: "",
+    };
+    const plan = planOf([servicePort({ internal: traffic })]);
+    const moved = {
+      ...options,
+      network: {
+        ...network,
+        remoteSubnets: [{ ...network.remoteSubnets[0]!, providerAddress: "192.168.1.99" }],
+      },
+    };
+    const [before] = renderWindows(plan, options).remoteEndpoints;
+    const [after] = renderWindows(plan, moved).remoteEndpoints;
+    ok(before!.id !== after!.id);
+  });
 });
 
 Deno.test("conjureMac() derives upstream's 02-11 MAC from IPv4 and IPv6 addresses", () => {

@@ -246,8 +246,8 @@ export class HcnState {
   }
 
   /**
-   * An Executor for the backend: it runs the backend's `pwsh` commands (and
-   * nothing else) through a real {@linkcode DenoExecutor}, with the library
+   * An Executor for the backend: it runs the backend's PowerShell commands
+   * (`pwsh` or `powershell.exe`, both as `pwsh`, and nothing else) through a real {@linkcode DenoExecutor}, with the library
    * directory on LD_LIBRARY_PATH and this state file in KPROXY_HCN_STATE, so
    * the C# shim's `DllImport("computenetwork.dll")` loads the stand-in.
    */
@@ -275,9 +275,10 @@ export class StandInExecutor implements Executor {
   }
 
   run(command: Command): Promise<CommandResult> {
-    if (command.program !== "pwsh") {
+    // powershell.exe is what the mode registry's backend runs on a Windows node; pwsh stands in.
+    if (command.program !== "pwsh" && command.program !== "powershell.exe") {
       return Promise.reject(
-        new Error(`Cannot run "${command.program}": the HCN stand-in runs only pwsh`),
+        new Error(`Cannot run "${command.program}": the HCN stand-in runs only PowerShell`),
       );
     }
     const refused = commandRefusal(command, KPROXY_COMMAND_POLICY);

@@ -1,17 +1,8 @@
 
 $KpNetworkName = 'cbr0'
-$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
-$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
-$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
-if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
-$KpNetworkId = [string]$KpNetworkIds[0]
-$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
-$KpRemoteSubnets = @()
-if ($KpNetwork.PSObject.Properties['Policies']) {
-  foreach ($policy in @($KpNetwork.Policies)) {
-    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
-  }
-}
+$KpNetwork = Find-KpNetwork $KpNetworkName
+if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {

@@ -78,31 +78,21 @@ function Remove-KpLoadBalancer([string] $Id) {
 function Remove-KpEndpoint([string] $Id) {
   try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
-  $parts = $Prefix.Split('/')
-  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
-  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
-  if ($a.Length -ne $b.Length) { return $false }
-  $bits = [int]$parts[1]
-  for ($i = 0; $i -lt $a.Length; $i++) {
-    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
-    $mask = (0xFF -shl (8 - $take)) -band 0xFF
-    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
-  }
-  return $true
-}
-function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress) {
   $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
-  if ($KpNetwork.Type -eq 'Overlay') {
-    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
-    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
-    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
-  }
+  if ($ProviderAddress -ne '') { $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $ProviderAddress } }) }
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
     $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
+}
+function Find-KpNetwork([string] $Name) {
+  $filter = ConvertTo-Json -Compress -InputObject @{ Name = $Name }
+  $query = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $filter }
+  $ids = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($query)))
+  if ($ids.Count -ne 1) { return $null }
+  return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
 }
 function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
   $endpointIds = @()
