@@ -230,6 +230,16 @@ static int load_state(Call *call) {
       return refuse(call, E_FAIL, "HCN stand-in: \"%s\" is not an array", COLLECTIONS[i]);
     }
   }
+  /* No HCN call creates a network here: a seeded one must be what HNS could hold. */
+  const J *networks = json_get(call->state, "networks");
+  for (size_t i = 0; i < networks->n; i++) {
+    char where[32], problem[512];
+    snprintf(where, sizeof where, "networks[%zu]", i);
+    if (schema_check(networks->items[i], NETWORK_SCHEMA, where, problem, sizeof problem) !=
+        SCHEMA_OK) {
+      return refuse(call, E_FAIL, "HCN stand-in: the state holds an invalid network: %s", problem);
+    }
+  }
   return 1;
 }
 
