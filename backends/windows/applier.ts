@@ -197,6 +197,13 @@ class WindowsBackend implements Backend {
     const dsr = this.#config.winkernel.enableDSR && this.#config.featureGates.WinDSR === true;
     const sourceVip = this.#config.winkernel.sourceVip;
     const sourceVipFamily = parseIP(sourceVip)?.family;
+    if (this.#network?.type.toLowerCase() === "overlay" && sourceVip === "") {
+      this.#warnOnce(
+        "overlay",
+        "HNS network {network} is Overlay and --source-vip is not set: load balancers get no " +
+          "source VIP (kube-proxy refuses to start without one)",
+      );
+    }
     const states: WindowsDesiredState[] = request.plans.map((plan) =>
       renderWindows(plan, {
         // One --source-vip, of one family: the other family's load balancers get none.
@@ -218,6 +225,12 @@ class WindowsBackend implements Backend {
       loadBalancers: states.flatMap((state) => state.loadBalancers),
       remoteEndpoints: states.flatMap((state) => state.remoteEndpoints),
     };
+  }
+
+  #warnOnce(key: string, message: string): void {
+    if (this.#warned.has(key)) return;
+    this.#warned.add(key);
+    logger.warn(message, { network: this.#networkName });
   }
 
   async #list(): Promise<HnsListing> {
