@@ -94,8 +94,11 @@ class WindowsBackend implements Backend {
   readonly #config: Config;
   readonly #powershell: string;
   readonly #networkName: string;
+  readonly #rootEndpointName: string;
   /** The network as the last full sync found it. */
   #network?: HnsNetworkInfo;
+  /** Whether the last full sync found the root namespace's endpoint (`rootHnsEndpointName`). */
+  #rootEndpointFound = false;
   /** Until one sync succeeds: delete every load balancer kproxy did not create, as kube-proxy
    * deletes every HNS load balancer at start (docs/WINDOWS.md, "Taking over from kube-proxy"). */
   #takeover = true;
@@ -124,6 +127,14 @@ class WindowsBackend implements Backend {
       );
     }
     this.#networkName = name;
+    // As upstream: an empty --root-hnsendpoint-name means cbr0.
+    this.#rootEndpointName = options.config.winkernel.rootHnsEndpointName || "cbr0";
+    if (!NETWORK_NAME.test(this.#rootEndpointName)) {
+      throw new TypeError(
+        `Cannot use HNS endpoint name "${this.#rootEndpointName}": expected 1 to 256 printable ` +
+          "ASCII characters",
+      );
+    }
   }
 
   async sync(request: SyncRequest): Promise<SyncResult> {
@@ -136,6 +147,7 @@ class WindowsBackend implements Backend {
         throw new Error(`Cannot find HNS network ${this.#networkName}`);
       }
       this.#network = listing.network;
+      this.#rootEndpointFound = listing.endpointNames.includes(this.#rootEndpointName);
       this.#loadBalancers = new Set(listing.loadBalancerIds.filter(isKproxyId));
       this.#endpoints = new Set(listing.endpointIds.filter(isKproxyId));
       if (this.#takeover) foreign = listing.loadBalancerIds.filter((id) => !isKproxyId(id));
@@ -197,6 +209,12 @@ class WindowsBackend implements Backend {
     const dsr = this.#config.winkernel.enableDSR && this.#config.featureGates.WinDSR === true;
     const sourceVip = this.#config.winkernel.sourceVip;
     const sourceVipFamily = parseIP(sourceVip)?.family;
+    const healthCheck = this.#config.winkernel.forwardHealthCheckVip && this.#rootEndpointFound
+      ? {
+        rootEndpointName: this.#rootEndpointName,
+        healthzPort: portOf(this.#config.healthzBindAddress),
+      }
+      : undefined;
     if (this.#network?.type.toLowerCase() === "overlay" && sourceVip === "") {
       this.#warnOnce(
         "overlay",
@@ -211,6 +229,7 @@ class WindowsBackend implements Backend {
         dsr,
         network: this.#network,
         nodeIP: plan.nodePortAddresses[0] ?? "",
+        healthCheck,
       })
     );
     for (const state of states) {
@@ -304,6 +323,12 @@ export function diffHns(
     createLoadBalancers: desired.loadBalancers.filter((lb) => !current.loadBalancers.has(lb.id)),
     replaceLoadBalancers: desired.loadBalancers.filter((lb) => incomplete(lb.id)),
   };
+}
+
+/** The port of a `host:port` bind address, 0 when it has none (healthz off). */
+function portOf(address: string): number {
+  const port = Number(address.slice(address.lastIndexOf(":") + 1));
+  return Number.isInteger(port) && port > 0 && port <= 65535 ? port : 0;
 }
 
 function readEnv(name: string): string | undefined {

@@ -51,7 +51,7 @@ const PROTOCOL_NUMBERS: Readonly<Record<Protocol, number>> = Object.freeze({
 });
 
 /** Which address of a service port a load balancer serves. */
-export type VipKind = "clusterIP" | "nodePort" | "externalIP" | "loadBalancerIP";
+export type VipKind = "clusterIP" | "nodePort" | "externalIP" | "loadBalancerIP" | "healthCheck";
 
 /** One backend of a load balancer. */
 export interface LoadBalancerBackend {
@@ -60,6 +60,8 @@ export interface LoadBalancerBackend {
   isLocal: boolean;
   /** The remote endpoint id, "" for local endpoints. */
   remoteEndpointId: string;
+  /** An HNS endpoint found by name (the root namespace's, for health checks); `ip` is "". */
+  endpointName?: string;
 }
 
 /** One HNS HostComputeLoadBalancer. */
@@ -130,6 +132,11 @@ export interface WindowsRenderOptions {
   network?: HnsNetworkInfo;
   /** The node's address of the plan's family (upstream's `nodeIP`), "" when it has none. */
   nodeIP?: string;
+  /**
+   * `forwardHealthCheckVip` with the root namespace's HNS endpoint present: each load-balancer
+   * IP also forwards its health-check node port (or `healthzPort`) to that endpoint.
+   */
+  healthCheck?: { rootEndpointName: string; healthzPort: number };
 }
 
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -201,6 +208,10 @@ export function conjureMac(ip: string): string {
  *   holding it (the node's own address when no route names one), and a load balancer
  *   the source VIP, or the node's address when one of its remote endpoints is a
  *   host's own address or outside every pod subnet; other networks get neither;
+ * - `preserveDestination`: node ports and load-balancer IPs use local endpoints only, and
+ *   load-balancer IPs get DSR, UseMux and PreserveDIP;
+ * - `healthCheck`: each load-balancer IP with a load balancer also forwards its health-check
+ *   node port (else the healthz port) to the root namespace's endpoint, without DSR;
  * - affinity uses source-IP distribution; HNS has no timeout, so a timeout
  *   other than the default is reported in `unsupported`, as are source ranges.
  *
@@ -243,10 +254,18 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
     if (service.sourceRanges.length > 0) {
       note("loadBalancerSourceRanges are not enforced by HNS load balancers");
     }
+    const preserve = service.preserveDestination === true;
     const add = (kind: VipKind, vip: string, externalPort: number, endpoints: PlanEndpoint[]) => {
-      const backends = pickBackends(endpoints, note, (ip) => locate(ip).providerAddress);
+      const backends = kind === "healthCheck"
+        ? [{
+          ip: "",
+          isLocal: true,
+          remoteEndpointId: "",
+          endpointName: options.healthCheck!.rootEndpointName,
+        }]
+        : pickBackends(endpoints, note, (ip) => locate(ip).providerAddress);
       // As upstream: no HNS load balancer without backends (HNS rejects an empty one).
-      if (backends.length === 0) return;
+      if (backends.length === 0) return false;
       let nodeSourced = false;
       for (const backend of backends) {
         if (backend.isLocal) continue;
@@ -259,22 +278,26 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
           providerAddress,
         });
       }
-      const external = kind !== "clusterIP";
+      const external = kind !== "clusterIP" && kind !== "healthCheck";
       let portFlags = PORT_FLAGS.none;
       if (kind === "nodePort") portFlags |= PORT_FLAGS.localRoutedVip;
       if (external) portFlags |= PORT_FLAGS.vipExternalIp;
+      if (preserve && (kind === "loadBalancerIP" || kind === "healthCheck")) {
+        portFlags |= PORT_FLAGS.useMux | PORT_FLAGS.preserveDip;
+      }
       let flags = family === "IPv6" ? LB_FLAGS.ipv6 : LB_FLAGS.none;
-      if (external ? service.externalLocal : dsr) flags |= LB_FLAGS.dsr;
+      const externalDsr = service.externalLocal || (preserve && kind === "loadBalancerIP");
+      if (kind === "clusterIP" ? dsr : external && externalDsr) flags |= LB_FLAGS.dsr;
       const spec: Omit<LoadBalancerSpec, "id"> = {
         servicePortId: service.id,
         kind,
         vip,
         protocol: PROTOCOL_NUMBERS[service.protocol],
-        internalPort: endpoints[0]?.port ?? service.port,
+        internalPort: kind === "healthCheck" ? externalPort : endpoints[0]?.port ?? service.port,
         externalPort,
         flags,
         portFlags,
-        distribution: service.affinityTimeoutSeconds > 0
+        distribution: service.affinityTimeoutSeconds > 0 && kind !== "healthCheck"
           ? DISTRIBUTION.sourceIP
           : DISTRIBUTION.none,
         sourceVip: overlay && nodeSourced && nodeIP !== "" ? nodeIP : sourceVip,
@@ -282,16 +305,25 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
       };
       const id = kproxyId("0001", JSON.stringify({ ...spec, servicePortId: undefined }));
       balancers.set(id, { id, ...spec });
+      return true;
     };
+    const local = (endpoints: PlanEndpoint[]) =>
+      preserve ? endpoints.filter((ep) => ep.isLocal) : endpoints;
     for (const ip of service.clusterIPs) {
       add("clusterIP", ip, service.port, service.internal.endpoints);
     }
-    if (service.nodePort !== 0) add("nodePort", "", service.nodePort, service.external.endpoints);
+    if (service.nodePort !== 0) {
+      add("nodePort", "", service.nodePort, local(service.external.endpoints));
+    }
     for (const ip of service.externalIPs) {
       add("externalIP", ip, service.port, service.external.endpoints);
     }
+    const healthPort = service.healthCheckNodePort || options.healthCheck?.healthzPort || 0;
     for (const ip of service.loadBalancerIPs) {
-      add("loadBalancerIP", ip, service.port, service.external.endpoints);
+      const served = add("loadBalancerIP", ip, service.port, local(service.external.endpoints));
+      if (served && options.healthCheck !== undefined && healthPort !== 0) {
+        add("healthCheck", ip, healthPort, []);
+      }
     }
   }
   return {

@@ -186,7 +186,7 @@ function Find-KpNetwork([string] $Name) {
   if ($ids.Count -ne 1) { return $null }
   return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [string[]] $EndpointNames, [switch] $Replace) {
   $endpointIds = @()
   $missing = $false
   foreach ($remoteId in $RemoteIds) {
@@ -194,6 +194,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   }
   foreach ($ip in $LocalIps) {
     if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  foreach ($name in $EndpointNames) {
+    if ($KpNamedIds.ContainsKey($name)) { $endpointIds += $KpNamedIds[$name] } else { $KpResult.missingLocal += $name; $missing = $true }
   }
   if ($Replace) {
     if ($missing) { $KpResult.incomplete += $Id; return }
@@ -224,7 +227,9 @@ if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) 
 $KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
+$KpNamedIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.PSObject.Properties['Name'] -and -not $KpNamedIds.ContainsKey([string]$ep.Name)) { $KpNamedIds[[string]$ep.Name] = [string]$ep.ID }
   if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
   if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
@@ -280,7 +285,10 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
     ...(changes.replaceLoadBalancers ?? []).map((lb) => ({ lb, replace: true })),
   ];
   for (const { lb, replace } of creations) {
-    const local = lb.backends.filter((b) => b.isLocal).map((b) => checkIp(b.ip));
+    const named = lb.backends.flatMap((b) => b.endpointName === undefined ? [] : [b.endpointName]);
+    const local = lb.backends.filter((b) => b.isLocal && b.endpointName === undefined).map((b) =>
+      checkIp(b.ip)
+    );
     const remote = lb.backends.filter((b) => !b.isLocal).map((b) => checkGuid(b.remoteEndpointId));
     lines.push(
       [
@@ -296,6 +304,7 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
         `-SourceVip ${psQuote(lb.sourceVip === "" ? "" : checkIp(lb.sourceVip))}`,
         `-LocalIps ${psArray(local)}`,
         `-RemoteIds ${psArray(remote)}`,
+        ...(named.length > 0 ? [`-EndpointNames ${psArray(named)}`] : []),
         ...(replace ? ["-Replace"] : []),
       ].join(" "),
     );
@@ -344,6 +353,8 @@ export function parseSyncReply(stdout: string): HnsSyncReply {
 export interface HnsListing {
   loadBalancerIds: string[];
   endpointIds: string[];
+  /** Names of the endpoints that have one. */
+  endpointNames: string[];
   /** Undefined when the script was given no network name or HNS has no such network. */
   network?: HnsNetworkInfo;
 }
@@ -368,6 +379,8 @@ export function parseListReply(stdout: string): HnsListing {
   return {
     loadBalancerIds: ids("loadBalancers"),
     endpointIds: ids("endpoints"),
+    endpointNames: (Array.isArray(value.endpoints) ? value.endpoints : [value.endpoints])
+      .flatMap((item: any) => typeof item?.Name === "string" ? [item.Name] : []),
     network: parseNetwork(value.network),
   };
 }

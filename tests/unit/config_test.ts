@@ -79,6 +79,8 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["winkernel.sourceVip", ""],
     ["winkernel.enableDSR", false],
     ["winkernel.networkName", ""],
+    ["winkernel.forwardHealthCheckVip", false],
+    ["winkernel.rootHnsEndpointName", "cbr0"],
     ["conntrack.tcpBeLiberal", false],
     ["serviceClusterIPRange", []],
     ["externalIPAllowedCIDRs", []],
@@ -167,6 +169,8 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["ipvs-udp-timeout", "5s", "ipvs.udpTimeoutMs", 5_000],
   ["source-vip", "10.0.0.250", "winkernel.sourceVip", "10.0.0.250"],
   ["network-name", "vxlan0", "winkernel.networkName", "vxlan0"],
+  ["root-hnsendpoint-name", "vEthernet", "winkernel.rootHnsEndpointName", "vEthernet"],
+  ["forward-healthcheck-vip", "true", "winkernel.forwardHealthCheckVip", true],
   ["conntrack-tcp-be-liberal", "true", "conntrack.tcpBeLiberal", true],
   ["feature-gates", "ServiceTopology=true,WinDSR=true", "featureGates", {
     ...FEATURE_GATE_DEFAULTS,
@@ -308,6 +312,8 @@ winkernel:
   sourceVip: 10.0.0.250
   enableDSR: false
   networkName: l2bridge
+  forwardHealthCheckVip: true
+  rootHnsEndpointName: vEthernet
 conntrack:
   tcpBeLiberal: true
 logging:
@@ -347,7 +353,13 @@ logging:
       tcpFinTimeoutMs: 120_000,
       udpTimeoutMs: 300_000,
     },
-    winkernel: { sourceVip: "10.0.0.250", enableDSR: false, networkName: "l2bridge" },
+    winkernel: {
+      sourceVip: "10.0.0.250",
+      enableDSR: false,
+      networkName: "l2bridge",
+      forwardHealthCheckVip: true,
+      rootHnsEndpointName: "vEthernet",
+    },
     conntrack: { tcpBeLiberal: true },
     verbosity: 2,
   });

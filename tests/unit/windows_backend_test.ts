@@ -16,7 +16,7 @@ import {
 import type { SyncRequest } from "../../lib/core/backend.ts";
 import type { CommandResult } from "../../lib/core/executor.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
-import type { Plan } from "../../lib/core/plan.ts";
+import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 
 const FOREIGN_LB = "0f0e0d0c-0000-0000-0000-000000000001";
@@ -366,6 +366,99 @@ Deno.test("renderWindows() on Overlay: provider addresses and the source VIP as 
     const [before] = renderWindows(plan, options).remoteEndpoints;
     const [after] = renderWindows(plan, moved).remoteEndpoints;
     ok(before!.id !== after!.id);
+  });
+});
+
+Deno.test("renderWindows() with preserve-destination and health-check forwarding, as upstream", async (t) => {
+  const external = {
+    endpoints: [endpoint("10.244.1.5", 8080, true), endpoint("10.244.2.7", 8080)],
+    whenEmpty: "reject" as const,
+    reason: "",
+  };
+  const service = (extra: Partial<ServicePortPlan>) =>
+    servicePort({
+      nodePort: 30080,
+      externalIPs: ["198.51.100.20"],
+      loadBalancerIPs: ["203.0.113.10"],
+      external,
+      internal: external,
+      ...extra,
+    });
+  const healthCheck = { rootEndpointName: "cbr0", healthzPort: 10256 };
+  const rows = (extra: Partial<ServicePortPlan>, options = {}) =>
+    renderWindows(planOf([service(extra)]), options).loadBalancers.map((lb) => ({
+      kind: lb.kind,
+      vip: lb.vip,
+      port: `${lb.internalPort}->${lb.externalPort}`,
+      flags: lb.flags,
+      portFlags: lb.portFlags,
+      backends: lb.backends.map((b) => b.endpointName ?? `${b.ip}${b.isLocal ? " local" : ""}`),
+    })).sort((a, b) => `${a.kind}${a.port}` < `${b.kind}${b.port}` ? -1 : 1);
+  const all = ["10.244.1.5 local", "10.244.2.7"];
+  await t.step("preserve-destination: local endpoints and DSR|UseMux|PreserveDIP", () => {
+    assertEquals(rows({ preserveDestination: true }), [
+      {
+        kind: "clusterIP",
+        vip: "10.96.0.10",
+        port: "8080->80",
+        flags: 0,
+        portFlags: 0,
+        backends: all,
+      },
+      {
+        kind: "externalIP",
+        vip: "198.51.100.20",
+        port: "8080->80",
+        flags: 0,
+        portFlags: 16,
+        backends: all,
+      },
+      {
+        kind: "loadBalancerIP",
+        vip: "203.0.113.10",
+        port: "8080->80",
+        flags: 1,
+        portFlags: 28,
+        backends: ["10.244.1.5 local"],
+      },
+      {
+        kind: "nodePort",
+        vip: "",
+        port: "8080->30080",
+        flags: 0,
+        portFlags: 18,
+        backends: ["10.244.1.5 local"],
+      },
+    ]);
+  });
+  await t.step("health check: the node's healthz port to the root endpoint, no DSR", () => {
+    const found = rows({}, { healthCheck }).filter((row) => row.kind === "healthCheck");
+    assertEquals(found, [
+      {
+        kind: "healthCheck",
+        vip: "203.0.113.10",
+        port: "10256->10256",
+        flags: 0,
+        portFlags: 0,
+        backends: ["cbr0"],
+      },
+    ]);
+  });
+  await t.step(
+    "health check: the Service's health-check node port, preserve-destination flags",
+    () => {
+      const found = rows({ healthCheckNodePort: 32000, preserveDestination: true }, { healthCheck })
+        .filter((row) => row.kind === "healthCheck");
+      assertEquals(found.map((row) => [row.port, row.portFlags]), [["32000->32000", 12]]);
+    },
+  );
+  await t.step("no health check without the option or a port", () => {
+    ok(!rows({}).some((row) => row.kind === "healthCheck"));
+    ok(
+      !rows({}, { healthCheck: { ...healthCheck, healthzPort: 0 } }).some((row) =>
+        row.kind === "healthCheck"
+      ),
+    );
   });
 });
 

@@ -29,6 +29,8 @@ const NETWORK = "0b0b0b0b-0000-4000-8000-0000000000aa";
 /** The node's InternalIP (`nodeObject()` below), upstream's `nodeIP`. */
 const NODE_IP = "10.201.0.1";
 const SOURCE_VIP = "10.244.1.2";
+/** The root namespace's HNS endpoint (the host vNIC), named as --root-hnsendpoint-name. */
+const ROOT = "c0c0c0c0-0000-4000-8000-000000000001";
 /** HNS endpoints of this node's pods, created by the CNI plugin. */
 const PODS: Record<string, string> = {
   "10.244.1.5": "c0c0c0c0-0000-4000-8000-000000000105",
@@ -74,6 +76,17 @@ function seed(type: "L2Bridge" | "Overlay"): HcnStateDocument {
   };
 }
 
+function addRootEndpoint(document: HcnStateDocument): void {
+  document.endpoints.push({
+    ID: ROOT.toUpperCase(),
+    Name: "cbr0",
+    HostComputeNetwork: NETWORK.toUpperCase(),
+    IpConfigurations: [{ IpAddress: "10.244.1.2", PrefixLength: 24 }],
+    Flags: 0,
+    SchemaVersion: { Major: 2, Minor: 0 },
+  });
+}
+
 function node(): ApiObject {
   return {
     apiVersion: "v1",
@@ -93,6 +106,7 @@ interface ServiceShape {
   externalIPs?: string[];
   ingress?: string[];
   local?: boolean;
+  annotations?: Record<string, string>;
 }
 
 function service(shape: ServiceShape): ApiObject {
@@ -100,7 +114,7 @@ function service(shape: ServiceShape): ApiObject {
   return {
     apiVersion: "v1",
     kind: "Service",
-    metadata: { name: shape.name, namespace: "default" },
+    metadata: { name: shape.name, namespace: "default", annotations: shape.annotations ?? {} },
     spec: {
       type: shape.type ?? "ClusterIP",
       clusterIP: shape.clusterIPs[0],
@@ -174,6 +188,15 @@ function cluster(dualStack: boolean): ApiObject[] {
       local: true,
     }),
     slice("edge", "1", [["10.244.1.6", "node-a"], ["10.244.2.8", "node-b"]]),
+    service({
+      name: "kept",
+      clusterIPs: ["10.96.0.40"],
+      type: "LoadBalancer",
+      nodePort: 30100,
+      ingress: ["203.0.113.40"],
+      annotations: { "preserve-destination": "true" },
+    }),
+    slice("kept", "1", [["10.244.1.5", "node-a"], ["10.244.2.7", "node-b"]]),
   ];
 }
 
@@ -294,8 +317,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "kernelspace (pwsh): main() on an L2Bridge node with --enable-dsr and --source-vip " +
-    "converges with DSR and no source VIP",
+  name: "kernelspace (pwsh): main() on an L2Bridge node with --enable-dsr, --source-vip and " +
+    "--forward-healthcheck-vip converges with DSR, no source VIP and the health-check forwarded",
   ignore: typeof tools === "string",
   sanitizeOps: false,
   sanitizeResources: false,
@@ -303,7 +326,13 @@ Deno.test({
     const { hcn, failures } = await runNode({
       type: "L2Bridge",
       dualStack: false,
-      args: [`--source-vip=${NODE_IP}`, "--enable-dsr", "--feature-gates=WinDSR=true"],
+      args: [
+        `--source-vip=${NODE_IP}`,
+        "--enable-dsr",
+        "--feature-gates=WinDSR=true",
+        "--forward-healthcheck-vip",
+      ],
+      before: addRootEndpoint,
     });
     await t.step("no sync failed", () => assertEquals(failures, 0));
     await t.step("cluster IPs: DSR (--enable-dsr), no source VIP on L2Bridge", () => {
@@ -322,6 +351,25 @@ Deno.test({
       assertEquals(hcn.backends(lb), ["10.244.1.6 local"]);
       assertEquals(shape(hcn, lb), { portFlags: 18, flags: 1, sourceVip: undefined });
     });
+    await t.step("preserve-destination: node port and ingress IP to local endpoints", () => {
+      assertEquals(hcn.backends(hcn.lb("10.96.0.40", 80)), [
+        "10.244.1.5 local",
+        "10.244.2.7 remote",
+      ]);
+      const ingress = hcn.lb("203.0.113.40", 80);
+      assertEquals(hcn.backends(ingress), ["10.244.1.5 local"]);
+      assertEquals(shape(hcn, ingress), { portFlags: 28, flags: 1, sourceVip: undefined });
+      assertEquals(hcn.backends(hcn.lb("", 30100)), ["10.244.1.5 local"]);
+    });
+    await t.step(
+      "forwardHealthCheckVip: the ingress IP's health-check port to the root endpoint",
+      () => {
+        const lb = hcn.lb("203.0.113.20", 32000);
+        assertEquals(lb.HostComputeEndpoints, [ROOT.toUpperCase()]);
+        assertEquals(lb.PortMappings?.[0]?.InternalPort, 32000);
+        assertEquals(shape(hcn, lb), { portFlags: 0, flags: 0, sourceVip: undefined });
+      },
+    );
     ok(hcn.document.loadBalancers.every((lb) => lb.SourceVIP === undefined));
   },
 });

@@ -5,7 +5,9 @@ if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) 
 $KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
+$KpNamedIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.PSObject.Properties['Name'] -and -not $KpNamedIds.ContainsKey([string]$ep.Name)) { $KpNamedIds[[string]$ep.Name] = [string]$ep.ID }
   if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
   if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }

@@ -94,7 +94,7 @@ function Find-KpNetwork([string] $Name) {
   if ($ids.Count -ne 1) { return $null }
   return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [string[]] $EndpointNames, [switch] $Replace) {
   $endpointIds = @()
   $missing = $false
   foreach ($remoteId in $RemoteIds) {
@@ -102,6 +102,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   }
   foreach ($ip in $LocalIps) {
     if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  foreach ($name in $EndpointNames) {
+    if ($KpNamedIds.ContainsKey($name)) { $endpointIds += $KpNamedIds[$name] } else { $KpResult.missingLocal += $name; $missing = $true }
   }
   if ($Replace) {
     if ($missing) { $KpResult.incomplete += $Id; return }
