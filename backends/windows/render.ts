@@ -95,6 +95,10 @@ export interface RemoteEndpointSpec {
   mac: string;
   /** Overlay networks: the address of the host that holds `ip`; "" on other networks. */
   providerAddress: string;
+  /** The MAC is the host's: that of the node's adapter holding this address (`mac` is ""). */
+  hostMacOf?: string;
+  /** A local endpoint (HNS endpoint flags 0): the source VIP's, on Overlay networks. */
+  local?: true;
 }
 
 /** Everything the kernelspace mode programs for one family. */
@@ -212,6 +216,8 @@ export function conjureMac(ip: string): string {
  *   load-balancer IPs get DSR, UseMux and PreserveDIP;
  * - `healthCheck`: each load-balancer IP with a load balancer also forwards its health-check
  *   node port (else the healthz port) to the root namespace's endpoint, without DSR;
+ * - Overlay networks, as upstream: a local endpoint for the source VIP and a remote endpoint for
+ *   each cluster IP (provider address the node's), both with the host's MAC;
  * - affinity uses source-IP distribution; HNS has no timeout, so a timeout
  *   other than the default is reported in `unsupported`, as are source ranges.
  *
@@ -240,8 +246,21 @@ export function renderWindows(plan: Plan, options: WindowsRenderOptions = {}): W
     };
   };
 
+  const hostEndpoint = (role: string, ip: string, spec: Partial<RemoteEndpointSpec>) => {
+    const id = kproxyId("0002", `${role}/${ip}/${nodeIP}`);
+    remotes.set(id, { id, ip, mac: "", providerAddress: "", hostMacOf: nodeIP, ...spec });
+  };
+  if (overlay && nodeIP !== "" && sourceVip !== "") {
+    hostEndpoint("source-vip", sourceVip, { local: true });
+  }
+
   for (const service of plan.services) {
     checkServicePort(service, family);
+    if (overlay && nodeIP !== "") {
+      for (const ip of service.clusterIPs) {
+        hostEndpoint("service-vip", ip, { providerAddress: nodeIP });
+      }
+    }
     const note = (reason: string) => unsupported.push({ servicePortId: service.id, reason });
     if (
       service.affinityTimeoutSeconds > 0 &&

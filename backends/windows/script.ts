@@ -170,8 +170,25 @@ function Remove-KpLoadBalancer([string] $Id) {
 function Remove-KpEndpoint([string] $Id) {
   try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress) {
-  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
+function Get-KpHostMac([string] $Ip) {
+  foreach ($nic in [System.Net.NetworkInformation.NetworkInterface]::GetAllNetworkInterfaces()) {
+    foreach ($unicast in $nic.GetIPProperties().UnicastAddresses) {
+      if ($unicast.Address.ToString() -ne $Ip) { continue }
+      $bytes = $nic.GetPhysicalAddress().GetAddressBytes()
+      if ($bytes.Length -eq 6) { return ((@($bytes) | ForEach-Object { $_.ToString('x2') }) -join '-') }
+    }
+  }
+  return ''
+}
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress, [string] $HostMacOf, [switch] $Local) {
+  if ($HostMacOf -ne '') {
+    $Mac = Get-KpHostMac $HostMacOf
+    if ($Mac -eq '') { $KpResult.errors += [ordered]@{ id = $Id; error = ('no network adapter with a MAC holds the node address ' + $HostMacOf) }; return }
+  }
+  $name = 'kproxy-remote-'
+  $flags = 1
+  if ($Local) { $name = 'kproxy-source-vip-'; $flags = 0 } elseif ($HostMacOf -ne '') { $name = 'kproxy-service-vip-' }
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ($name + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = $flags; Policies = @() }
   if ($ProviderAddress -ne '') { $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $ProviderAddress } }) }
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
@@ -272,12 +289,17 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
     lines.push(`Remove-KpEndpoint ${psQuote(checkGuid(id))}`);
   }
   for (const ep of changes.createEndpoints) {
-    if (!MAC.test(ep.mac)) throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
+    const hostMacOf = ep.hostMacOf ?? "";
+    if (hostMacOf === "" ? !MAC.test(ep.mac) : ep.mac !== "") {
+      throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
+    }
     lines.push(
       `New-KpRemoteEndpoint -Id ${psQuote(checkGuid(ep.id))} -Ip ${psQuote(checkIp(ep.ip))} ` +
         `-Mac ${psQuote(ep.mac)} -ProviderAddress ${
           psQuote(ep.providerAddress === "" ? "" : checkIp(ep.providerAddress))
-        }`,
+        }` +
+        (hostMacOf === "" ? "" : ` -HostMacOf ${psQuote(checkIp(hostMacOf))}`) +
+        (ep.local ? " -Local" : ""),
     );
   }
   const creations = [

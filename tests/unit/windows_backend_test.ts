@@ -337,16 +337,34 @@ Deno.test("renderWindows() on Overlay: provider addresses and the source VIP as 
         reason: "",
       };
       const state = renderWindows(planOf([servicePort({ internal: traffic })]), options);
-      assertEquals(state.remoteEndpoints.map((ep) => [ep.ip, ep.providerAddress]), [
+      const remotes = state.remoteEndpoints.filter((ep) => ep.hostMacOf === undefined);
+      assertEquals(remotes.map((ep) => [ep.ip, ep.providerAddress]), [
         [c.ip, c.providerAddress],
       ]);
       assertEquals(state.loadBalancers.map((lb) => lb.sourceVip), [c.sourceVip]);
     });
   }
+  await t.step("the source VIP's endpoint and the cluster IP's, with the host's MAC", () => {
+    const state = renderWindows(SCENARIOS.clusterip!, options);
+    const host = state.remoteEndpoints.filter((ep) => ep.hostMacOf !== undefined).map((ep) => ({
+      ip: ep.ip,
+      local: ep.local ?? false,
+      mac: ep.mac,
+      providerAddress: ep.providerAddress,
+      hostMacOf: ep.hostMacOf,
+    }));
+    const base = { mac: "", hostMacOf: "10.201.0.1" };
+    assertEquals(host.sort((a, b) => a.ip < b.ip ? -1 : 1), [
+      { ip: "10.244.1.2", local: true, providerAddress: "", ...base },
+      { ip: "10.96.0.10", local: false, providerAddress: "10.201.0.1", ...base },
+    ]);
+    const noSourceVip = renderWindows(SCENARIOS.clusterip!, { ...options, sourceVip: "" });
+    ok(!noSourceVip.remoteEndpoints.some((ep) => ep.local));
+  });
   await t.step("L2Bridge: no provider address, no source VIP", () => {
     const bridge = { ...options, network: { type: "L2Bridge", remoteSubnets: [] } };
     const state = renderWindows(SCENARIOS.nodeport!, bridge);
-    ok(state.remoteEndpoints.every((ep) => ep.providerAddress === ""));
+    ok(state.remoteEndpoints.every((ep) => ep.providerAddress === "" && !ep.hostMacOf));
     ok(state.loadBalancers.every((lb) => lb.sourceVip === ""));
   });
   await t.step("a route that moves gives the remote endpoint a new id", () => {
@@ -363,8 +381,10 @@ Deno.test("renderWindows() on Overlay: provider addresses and the source VIP as 
         remoteSubnets: [{ ...network.remoteSubnets[0]!, providerAddress: "192.168.1.99" }],
       },
     };
-    const [before] = renderWindows(plan, options).remoteEndpoints;
-    const [after] = renderWindows(plan, moved).remoteEndpoints;
+    const pod = (o: typeof options) =>
+      renderWindows(plan, o).remoteEndpoints.find((ep) => ep.ip === "10.244.2.7");
+    const before = pod(options);
+    const after = pod(moved);
     ok(before!.id !== after!.id);
   });
 });

@@ -320,6 +320,22 @@ export async function runPwsh(
   });
 }
 
+/**
+ * An IPv4 address of this machine on an adapter with a MAC (read, never sent to): a Windows
+ * node's address, for the scripts that look up the host's MAC as upstream's `GetHostMac` does.
+ * Undefined (and the reason printed) when there is none.
+ */
+export function hostAddress(): { ip: string; mac: string } | undefined {
+  const found = Deno.networkInterfaces().find((nic) =>
+    nic.family === "IPv4" && !nic.address.startsWith("127.") && nic.mac !== "00:00:00:00:00:00"
+  );
+  if (found === undefined) {
+    console.warn("Overlay tests skipped: no IPv4 address on an adapter with a MAC");
+    return undefined;
+  }
+  return { ip: found.address, mac: found.mac.replaceAll(":", "-").toLowerCase() };
+}
+
 /** The path of a file beside this module. */
 export function testFile(name: string): string {
   return `${HERE}${name}`;

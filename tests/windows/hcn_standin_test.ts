@@ -120,7 +120,7 @@ const CASES: Record<string, string> = {
   })`,
   "bad MAC": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
     q("6b70726f-0002-0000-0000-000000000002")
-  }, ${q(endpointSettings((s) => (s.MacAddress = "02:11:0a:f4:02:07")))})`,
+  }, ${q(endpointSettings((s) => (s.MacAddress = "02-11:0a-f4-02-07")))})`,
   "valid load balancer": `[KProxy.Hcn]::CreateLoadBalancer(${q(LB)}, ${q(lbSettings())})`,
   "same frontend twice":
     `[KProxy.Hcn]::CreateLoadBalancer('6b70726f-0001-0000-0000-000000000002', ${q(lbSettings())})`,
@@ -251,6 +251,16 @@ const HCSSHIM = {
     Health: { Extra: {} },
     SchemaVersion: { Major: 2, Minor: 0 },
   },
+  /** kube-proxy's `newSourceVIP`: a local endpoint with the host's MAC as Go's
+   * `net.HardwareAddr.String()` writes it. */
+  sourceVipEndpoint: {
+    HostComputeNetwork: OVERLAY,
+    IpConfigurations: [{ IpAddress: "10.244.1.2" }],
+    Dns: {},
+    MacAddress: "00:15:5d:52:c0:01",
+    Health: { Extra: {} },
+    SchemaVersion: { Major: 2, Minor: 0 },
+  },
   /** Every member of HostComputeEndpoint, Dns, Health and ExtraParams set. */
   fullEndpoint: {
     Name: "full",
@@ -339,6 +349,7 @@ const HCSSHIM_CASES: Record<string, string> = {
   "remote endpoint": createEndpoint(HCSSHIM.remoteEndpoint),
   "every endpoint member": createEndpoint(HCSSHIM.fullEndpoint),
   "load balancer": createLoadBalancer(HCSSHIM.loadBalancer),
+  "source VIP endpoint": createEndpoint(HCSSHIM.sourceVipEndpoint),
   "query": `[void][KProxy.Hcn]::EnumerateNetworks(${q(JSON.stringify(HCSSHIM.query))})`,
   "Dns.Suffix": createEndpoint(edit(HCSSHIM.remoteEndpoint, (d) => (d.Dns = { Suffix: "x" }))),
   "Health.Extra unknown": createEndpoint(
@@ -380,7 +391,14 @@ Deno.test({
       );
       assertEquals(result.code, 0, result.stderr);
       const out = JSON.parse(result.stdout.trim().split("\n").at(-1)!);
-      for (const name of ["remote endpoint", "every endpoint member", "load balancer", "query"]) {
+      const accepted = [
+        "remote endpoint",
+        "source VIP endpoint",
+        "every endpoint member",
+        "load balancer",
+        "query",
+      ];
+      for (const name of accepted) {
         assertEquals(out[name], "ok", name);
       }
       const refused: Record<string, [string, RegExp]> = {
@@ -397,7 +415,7 @@ Deno.test({
       }
       const after = await state.read();
       const created = after.endpoints.filter((e) => e.HostComputeNetwork === OVERLAY);
-      assertEquals(created.length, 2, "both endpoints, under ids HCN chose");
+      assertEquals(created.length, 3, "the three endpoints, under ids HCN chose");
       ok(created.every((e) => e.ID !== ZERO && /^[0-9A-F-]{36}$/i.test(e.ID)));
       assertEquals(after.loadBalancers.length, 1);
     } finally {

@@ -22,11 +22,13 @@ import {
   HcnState,
   type HcnStateDocument,
   HcnView,
+  hostAddress,
   type PwshTools,
   pwshTools,
 } from "./hcn.ts";
 
 const tools = await pwshTools();
+const host = hostAddress();
 
 const BRIDGE = "0b0b0b0b-0000-4000-8000-000000000001";
 const OVERLAY = "0b0b0b0b-0000-4000-8000-000000000002";
@@ -383,11 +385,16 @@ Deno.test({
 
 Deno.test({
   name: "kernelspace (pwsh): Overlay network with DSR and a source VIP",
-  ignore: typeof tools === "string",
+  ignore: typeof tools === "string" || host === undefined,
   async fn() {
     if (typeof tools === "string") return;
     const config = testConfig({ proxyMode: "kernelspace" });
-    config.winkernel = { networkName: "vxlan0", sourceVip: "10.244.1.2", enableDSR: true };
+    config.winkernel = {
+      ...config.winkernel,
+      networkName: "vxlan0",
+      sourceVip: "10.244.1.2",
+      enableDSR: true,
+    };
     config.featureGates = { WinDSR: true };
     await run(tools, "Overlay", async (backend, state) => {
       const plans = [
@@ -411,6 +418,8 @@ Deno.test({
           }),
         ]),
       ];
+      // The node's address is this machine's: the scripts look up its adapter's MAC.
+      plans[0] = { ...plans[0]!, nodePortAddresses: [host!.ip] };
       await backend.sync({ plans, changed: new Set(), full: true });
       const hcn = await view(state);
       const pa = (ip: string) => hcn.remote(ip).Policies;

@@ -20,14 +20,17 @@ import {
   HcnState,
   type HcnStateDocument,
   HcnView,
+  hostAddress,
   pwshTools,
 } from "./hcn.ts";
 
 const tools = await pwshTools();
+const host = hostAddress();
 
 const NETWORK = "0b0b0b0b-0000-4000-8000-0000000000aa";
-/** The node's InternalIP (`nodeObject()` below), upstream's `nodeIP`. */
-const NODE_IP = "10.201.0.1";
+/** The node's InternalIP (`node()` below), upstream's `nodeIP`: an address of this machine, whose
+ * adapter's MAC the Overlay scripts look up as the host's. */
+const NODE_IP = host?.ip ?? "10.201.0.1";
 const SOURCE_VIP = "10.244.1.2";
 /** The root namespace's HNS endpoint (the host vNIC), named as --root-hnsendpoint-name. */
 const ROOT = "c0c0c0c0-0000-4000-8000-000000000001";
@@ -261,7 +264,7 @@ const pa = (address: string) => [{
 Deno.test({
   name: "kernelspace (pwsh): main() on a dual-stack Overlay node with --source-vip converges " +
     "as upstream's proxier programs it",
-  ignore: typeof tools === "string",
+  ignore: typeof tools === "string" || host === undefined,
   sanitizeOps: false,
   sanitizeResources: false,
   async fn(t) {
@@ -296,6 +299,23 @@ Deno.test({
       assertEquals(hcn.backends(lb), ["203.0.113.50 remote"]);
       assertEquals(providerAddress(hcn, "203.0.113.50"), pa(NODE_IP));
       assertEquals(shape(hcn, lb).sourceVip, NODE_IP);
+    });
+    await t.step("the source VIP's endpoint and the cluster IPs' with the host's MAC", () => {
+      const mine = (ip: string) =>
+        hcn.document.endpoints.filter((e) =>
+          e.IpConfigurations?.[0]?.IpAddress === ip && e.Name?.startsWith("kproxy-")
+        );
+      const [sourceVip, ...others] = mine(SOURCE_VIP);
+      assertEquals(others, []);
+      assertEquals([sourceVip?.Flags, sourceVip?.MacAddress, sourceVip?.Policies], [
+        0,
+        host!.mac,
+        [],
+      ]);
+      for (const ip of ["10.96.0.10", "10.96.0.1", "10.96.0.30", "10.96.0.20"]) {
+        const [vip] = mine(ip);
+        assertEquals([vip?.Flags, vip?.MacAddress, vip?.Policies], [1, host!.mac, pa(NODE_IP)], ip);
+      }
     });
     await t.step("externalTrafficPolicy Local: DSR on node port, external and ingress IPs", () => {
       const cluster = hcn.lb("10.96.0.20", 80);
@@ -405,7 +425,7 @@ function kubeProxyLeftovers(document: HcnStateDocument): void {
 Deno.test({
   name: "kernelspace (pwsh): main() started where kube-proxy ran removes its load balancers " +
     "and converges",
-  ignore: typeof tools === "string",
+  ignore: typeof tools === "string" || host === undefined,
   sanitizeOps: false,
   sanitizeResources: false,
   async fn(t) {

@@ -229,11 +229,13 @@ static int valid_prefix(const char *text) {
   return inet_pton(AF_INET6, ip, addr) == 1 && bits <= 128;
 }
 
+/* Six hex bytes separated by '-' (HNS's own form) or ':' (Go's net.HardwareAddr, which kube-proxy
+ * sends as the host's MAC), one separator throughout. */
 static int valid_mac(const char *text) {
-  if (strlen(text) != 17) return 0;
+  if (strlen(text) != 17 || (text[2] != '-' && text[2] != ':')) return 0;
   for (int i = 0; i < 17; i++) {
     int hex = strchr("0123456789abcdefABCDEF", text[i]) != NULL && text[i] != 0;
-    if (i % 3 == 2 ? text[i] != '-' : !hex) return 0;
+    if (i % 3 == 2 ? text[i] != text[2] : !hex) return 0;
   }
   return 1;
 }
