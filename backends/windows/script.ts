@@ -143,16 +143,24 @@ public static class Hcn {
     Check(HcnOpenLoadBalancer(ref g, out h, out e), e, "HcnOpenLoadBalancer");
     try { Check(HcnQueryLoadBalancerProperties(h, query, out p, out e), e, "HcnQueryLoadBalancerProperties"); return Take(p); } finally { HcnCloseLoadBalancer(h); }
   }
+  const string Query = "{\\"SchemaVersion\\":{\\"Major\\":2,\\"Minor\\":0},\\"Flags\\":0}";
+  static void Kept(string properties, string id, string what) {
+    if (new Guid(id) == Guid.Empty) return;
+    if (properties.IndexOf("\\"" + id + "\\"", StringComparison.OrdinalIgnoreCase) < 0) throw new Exception(what + ": HNS did not keep the id " + id + " kproxy asked for: " + properties);
+  }
   public static void CreateEndpoint(string networkId, string id, string settings) {
-    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e;
+    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e, p;
     Check(HcnOpenNetwork(ref n, out net, out e), e, "HcnOpenNetwork");
-    try { Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint"); HcnCloseEndpoint(h); } finally { HcnCloseNetwork(net); }
+    try {
+      Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint");
+      try { Check(HcnQueryEndpointProperties(h, Query, out p, out e), e, "HcnQueryEndpointProperties"); Kept(Take(p), id, "HcnCreateEndpoint"); } finally { HcnCloseEndpoint(h); }
+    } finally { HcnCloseNetwork(net); }
   }
   public static void DeleteEndpoint(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteEndpoint(ref g, out e), e, "HcnDeleteEndpoint"); }
   public static void CreateLoadBalancer(string id, string settings) {
-    Guid g = new Guid(id); IntPtr h, e;
+    Guid g = new Guid(id); IntPtr h, e, p;
     Check(HcnCreateLoadBalancer(ref g, settings, out h, out e), e, "HcnCreateLoadBalancer");
-    HcnCloseLoadBalancer(h);
+    try { Check(HcnQueryLoadBalancerProperties(h, Query, out p, out e), e, "HcnQueryLoadBalancerProperties"); Kept(Take(p), id, "HcnCreateLoadBalancer"); } finally { HcnCloseLoadBalancer(h); }
   }
   public static void DeleteLoadBalancer(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteLoadBalancer(ref g, out e), e, "HcnDeleteLoadBalancer"); }
 }

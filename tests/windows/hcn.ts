@@ -174,8 +174,11 @@ export interface HcnFault {
   id?: string;
   /** @default {0x80004005} */
   hresult?: number;
-  /** "kill" kills the calling process (a script killed half-way). @default {"fail"} */
-  action?: "fail" | "kill";
+  /**
+   * "kill" kills the calling process (a script killed half-way); "ignoreId" lets a creation
+   * succeed under an id of the stand-in's instead of the caller's. @default {"fail"}
+   */
+  action?: "fail" | "kill" | "ignoreId";
   /** Matching calls to let through first. @default {0} */
   after?: number;
   /** Calls to fail; -1 for all. @default {1} */

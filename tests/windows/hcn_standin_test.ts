@@ -17,6 +17,8 @@ const tools = await pwshTools();
 const NETWORK = "11111111-2222-3333-4444-555555555555";
 const POD = "aaaaaaaa-0000-0000-0000-000000000001";
 const LB = "6b70726f-0001-0000-0000-000000000001";
+/** A load balancer HNS creates under an id of its own (an "ignoreId" fault). */
+const RENAMED = "6b70726f-0001-0000-0000-0000000000aa";
 
 function seed(): HcnStateDocument {
   return {
@@ -29,6 +31,7 @@ function seed(): HcnStateDocument {
       Flags: 0,
     }],
     loadBalancers: [],
+    faults: [{ function: "HcnCreateLoadBalancer", id: RENAMED, action: "ignoreId" }],
   };
 }
 
@@ -128,6 +131,9 @@ const CASES: Record<string, string> = {
     q(lbSettings((s) => (s.FrontendVIPs = ["10.96.0.11"])))
   })`,
   "endpoint still referenced": `[KProxy.Hcn]::DeleteEndpoint(${q(POD)})`,
+  "id not kept": `[KProxy.Hcn]::CreateLoadBalancer(${q(RENAMED)}, ${
+    q(lbSettings((s) => (s.FrontendVIPs = ["10.96.0.12"])))
+  })`,
   "missing load balancer":
     `[KProxy.Hcn]::DeleteLoadBalancer('6b70726f-0001-0000-0000-00000000dead')`,
   "valid remote endpoint with a non-ASCII name": `[KProxy.Hcn]::CreateEndpoint(${q(NETWORK)}, ${
@@ -208,6 +214,12 @@ Deno.test({
         );
         assertEquals(record.ErrorCode, parseInt(hresult, 16), name);
       }
+      ok(
+        /HNS did not keep the id 6b70726f-0001-0000-0000-0000000000aa kproxy asked for/.test(
+          out["id not kept"],
+        ),
+        out["id not kept"],
+      );
       assertEquals(out["valid load balancer"], "ok");
       assertEquals(out["valid remote endpoint with a non-ASCII name"], "ok");
       assertEquals(JSON.parse(out["networks by name"]), [NETWORK.toUpperCase()]);
@@ -220,7 +232,12 @@ Deno.test({
       assertEquals(remote.HostComputeNetwork, NETWORK.toUpperCase());
 
       const after = await state.read();
-      assertEquals(after.loadBalancers.map((b) => b.ID), [LB.toUpperCase()]);
+      assertEquals(
+        after.loadBalancers.map((b) => b.FrontendVIPs?.[0]),
+        ["10.96.0.10", "10.96.0.12"],
+        "the valid one, and the one HNS renamed",
+      );
+      ok(!after.loadBalancers.some((b) => b.ID === RENAMED.toUpperCase()));
       assertEquals(after.endpoints.length, 2, "only the valid remote endpoint was added");
       assertEquals(after.openHandles ?? 0, 0, "the shim closed every handle it opened");
     } finally {
