@@ -97,6 +97,8 @@ class WindowsBackend implements Backend {
   readonly #rootEndpointName: string;
   /** The network as the last full sync found it. */
   #network?: HnsNetworkInfo;
+  /** How many endpoints each load balancer held at the last full sync, by id. */
+  #listedEndpoints = new Map<string, number>();
   /** Whether the last full sync found the root namespace's endpoint (`rootHnsEndpointName`). */
   #rootEndpointFound = false;
   /** Until one sync succeeds: delete every load balancer kproxy did not create, as kube-proxy
@@ -147,12 +149,21 @@ class WindowsBackend implements Backend {
         throw new Error(`Cannot find HNS network ${this.#networkName}`);
       }
       this.#network = listing.network;
+      this.#listedEndpoints = listing.loadBalancerEndpoints;
       this.#rootEndpointFound = listing.endpointNames.includes(this.#rootEndpointName);
       this.#loadBalancers = new Set(listing.loadBalancerIds.filter(isKproxyId));
       this.#endpoints = new Set(listing.endpointIds.filter(isKproxyId));
       if (this.#takeover) foreign = listing.loadBalancerIds.filter((id) => !isKproxyId(id));
     }
     const desired = this.#render(request);
+    if (full) {
+      // A load balancer created without some of its endpoints by a script that did not live to
+      // say so (killed, or an earlier kproxy): replaced once they all exist.
+      for (const lb of desired.loadBalancers) {
+        const held = this.#listedEndpoints.get(lb.id);
+        if (held !== undefined && held < lb.backends.length) this.#incomplete.add(lb.id);
+      }
+    }
     if (foreign.length > 0) {
       logger.info(
         "Deleting {count} HNS load balancers kproxy did not create, as kube-proxy does at start",

@@ -385,6 +385,8 @@ export interface HnsListing {
   endpointIds: string[];
   /** Names of the endpoints that have one. */
   endpointNames: string[];
+  /** How many endpoints each load balancer holds, by lower-case id. */
+  loadBalancerEndpoints: Map<string, number>;
   /** Undefined when the script was given no network name or HNS has no such network. */
   network?: HnsNetworkInfo;
 }
@@ -409,6 +411,14 @@ export function parseListReply(stdout: string): HnsListing {
   return {
     loadBalancerIds: ids("loadBalancers"),
     endpointIds: ids("endpoints"),
+    loadBalancerEndpoints: new Map(
+      (Array.isArray(value.loadBalancers) ? value.loadBalancers : [value.loadBalancers])
+        .filter((item: any) => typeof item?.ID === "string")
+        .map((item: any) => [
+          item.ID.toLowerCase(),
+          Array.isArray(item.HostComputeEndpoints) ? item.HostComputeEndpoints.length : 0,
+        ]),
+    ),
     endpointNames: (Array.isArray(value.endpoints) ? value.endpoints : [value.endpoints])
       .flatMap((item: any) => typeof item?.Name === "string" ? [item.Name] : []),
     network: parseNetwork(value.network),

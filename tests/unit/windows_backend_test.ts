@@ -23,6 +23,7 @@ const FOREIGN_LB = "0f0e0d0c-0000-0000-0000-000000000001";
 const FOREIGN_EP = "0f0e0d0c-0000-0000-0000-000000000002";
 const STALE_LB = "6b70726f-0001-0000-0000-00000000dead";
 const STALE_EP = "6b70726f-0002-0000-0000-00000000dead";
+const POD = "c0c0c0c0-0000-4000-8000-000000000105";
 
 /**
  * A fake HNS behind a FakeExecutor: answers list scripts with recorded HCN
@@ -32,6 +33,8 @@ class FakeHns {
   readonly loadBalancers = new Set<string>();
   readonly endpoints = new Set<string>();
   readonly failing = new Set<string>();
+  /** Endpoints a load balancer holds, when fewer than it was created with. */
+  readonly held = new Map<string, number>();
   readonly scripts: string[] = [];
   readonly executor = new FakeExecutor((command) => this.#run(command));
 
@@ -44,7 +47,7 @@ class FakeHns {
       // Recorded shape of HCN properties (trimmed), as ConvertTo-Json prints them.
       const loadBalancers = [...this.loadBalancers].map((id) => ({
         ID: id.toUpperCase(),
-        HostComputeEndpoints: [],
+        HostComputeEndpoints: Array.from({ length: this.held.get(id) ?? 16 }, () => POD),
         FrontendVIPs: ["10.96.0.10"],
         PortMappings: [{ Protocol: 6, InternalPort: 8080, ExternalPort: 80 }],
         SchemaVersion: { Major: 2, Minor: 0 },
@@ -147,6 +150,20 @@ Deno.test("WindowsBackend.sync() at start deletes every load balancer but its ow
   hns.loadBalancers.add(FOREIGN_LB);
   await backend.sync(request(SCENARIOS.nodeport!, true));
   ok(hns.loadBalancers.has(FOREIGN_LB), "after start, a foreign load balancer is kept");
+});
+
+Deno.test("WindowsBackend.sync() at start replaces a load balancer HNS holds with fewer endpoints than wanted", async () => {
+  const hns = new FakeHns();
+  const [lb] = renderWindows(SCENARIOS.clusterip!).loadBalancers;
+  ok(lb!.backends.length > 1);
+  hns.loadBalancers.add(lb!.id);
+  hns.held.set(lb!.id, 1);
+  for (const ep of renderWindows(SCENARIOS.clusterip!).remoteEndpoints) hns.endpoints.add(ep.id);
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  await backend.sync(request(SCENARIOS.clusterip!, true));
+  const last = hns.scripts.at(-1)!.split("\n").filter((line) => line.startsWith("New-Kp"));
+  assertEquals(last.length, 1);
+  ok(last[0]!.startsWith(`New-KpLoadBalancer -Id '${lb!.id}'`) && last[0]!.endsWith(" -Replace"));
 });
 
 Deno.test("WindowsBackend.sync() fails while HNS has no such network", async () => {

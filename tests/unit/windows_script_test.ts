@@ -208,6 +208,7 @@ Deno.test("parseListReply() lower-cases ids and rejects items without one", () =
       loadBalancerIds: ["6b70726f-0001-0000-0000-000000000001"],
       endpointIds: [],
       endpointNames: [],
+      loadBalancerEndpoints: new Map([["6b70726f-0001-0000-0000-000000000001", 0]]),
       network: undefined,
     },
   );
