@@ -13,7 +13,9 @@ import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts
 import type { Config } from "../../lib/config/types.ts";
 import { runChecked } from "../../lib/shell/exec.ts";
 import type { Executor } from "../../lib/core/executor.ts";
+import { parseIP } from "../../lib/core/ip.ts";
 import {
+  type HnsNetworkInfo,
   isKproxyId,
   type LoadBalancerSpec,
   type RemoteEndpointSpec,
@@ -37,6 +39,8 @@ export interface WindowsBackendOptions {
   config: Config;
   /** The PowerShell program. @default {"powershell.exe"} */
   powershell?: "powershell.exe" | "pwsh";
+  /** Reads an environment variable (`KUBE_NETWORK`). @default {Deno.env.get} */
+  getEnv?: (name: string) => string | undefined;
 }
 
 /**
@@ -70,7 +74,10 @@ export class HnsSyncError extends Error {
 /**
  * Creates the kernelspace backend.
  *
- * @throws {TypeError} when `config.winkernel.networkName` is empty or not printable ASCII
+ * The network is `config.winkernel.networkName`, else the `KUBE_NETWORK` environment
+ * variable, as upstream.
+ *
+ * @throws {TypeError} when neither names a network, or the name is not printable ASCII
  * @example Usage
  * ```ts ignore
  * const backend = createWindowsBackend({ executor, config });
@@ -86,6 +93,17 @@ class WindowsBackend implements Backend {
   readonly #executor: Executor;
   readonly #config: Config;
   readonly #powershell: string;
+  readonly #networkName: string;
+  readonly #rootEndpointName: string;
+  /** The network as the last full sync found it. */
+  #network?: HnsNetworkInfo;
+  /** How many endpoints each load balancer held at the last full sync, by id. */
+  #listedEndpoints = new Map<string, number>();
+  /** Whether the last full sync found the root namespace's endpoint (`rootHnsEndpointName`). */
+  #rootEndpointFound = false;
+  /** Until one sync succeeds: delete every load balancer kproxy did not create, as kube-proxy
+   * deletes every HNS load balancer at start (docs/WINDOWS.md, "Taking over from kube-proxy"). */
+  #takeover = true;
   /** Ids of kproxy's load balancers and remote endpoints believed to exist in HNS. */
   #loadBalancers = new Set<string>();
   #endpoints = new Set<string>();
@@ -98,10 +116,25 @@ class WindowsBackend implements Backend {
     this.#executor = options.executor;
     this.#config = options.config;
     this.#powershell = options.powershell ?? "powershell.exe";
-    const name = options.config.winkernel.networkName;
+    const name = options.config.winkernel.networkName ||
+      (options.getEnv ?? readEnv)("KUBE_NETWORK") || "";
+    if (name === "") {
+      throw new TypeError(
+        "Cannot find the HNS network: neither --network-name nor KUBE_NETWORK is set",
+      );
+    }
     if (!NETWORK_NAME.test(name)) {
       throw new TypeError(
         `Cannot use HNS network name "${name}": expected 1 to 256 printable ASCII characters`,
+      );
+    }
+    this.#networkName = name;
+    // As upstream: an empty --root-hnsendpoint-name means cbr0.
+    this.#rootEndpointName = options.config.winkernel.rootHnsEndpointName || "cbr0";
+    if (!NETWORK_NAME.test(this.#rootEndpointName)) {
+      throw new TypeError(
+        `Cannot use HNS endpoint name "${this.#rootEndpointName}": expected 1 to 256 printable ` +
+          "ASCII characters",
       );
     }
   }
@@ -109,11 +142,33 @@ class WindowsBackend implements Backend {
   async sync(request: SyncRequest): Promise<SyncResult> {
     const full = request.full || this.#needFull;
     this.#needFull = true;
-    const desired = this.#render(request);
+    let foreign: string[] = [];
     if (full) {
       const listing = await this.#list();
+      if (listing.network === undefined) {
+        throw new Error(`Cannot find HNS network ${this.#networkName}`);
+      }
+      this.#network = listing.network;
+      this.#listedEndpoints = listing.loadBalancerEndpoints;
+      this.#rootEndpointFound = listing.endpointNames.includes(this.#rootEndpointName);
       this.#loadBalancers = new Set(listing.loadBalancerIds.filter(isKproxyId));
       this.#endpoints = new Set(listing.endpointIds.filter(isKproxyId));
+      if (this.#takeover) foreign = listing.loadBalancerIds.filter((id) => !isKproxyId(id));
+    }
+    const desired = this.#render(request);
+    if (full) {
+      // A load balancer created without some of its endpoints by a script that did not live to
+      // say so (killed, or an earlier kproxy): replaced once they all exist.
+      for (const lb of desired.loadBalancers) {
+        const held = this.#listedEndpoints.get(lb.id);
+        if (held !== undefined && held < lb.backends.length) this.#incomplete.add(lb.id);
+      }
+    }
+    if (foreign.length > 0) {
+      logger.info(
+        "Deleting {count} HNS load balancers kproxy did not create, as kube-proxy does at start",
+        { count: foreign.length },
+      );
     }
     const changes = diffHns(
       {
@@ -123,11 +178,13 @@ class WindowsBackend implements Backend {
       },
       desired,
     );
+    changes.deleteLoadBalancers.push(...foreign);
     const count = changes.createLoadBalancers.length + changes.deleteLoadBalancers.length +
       changes.createEndpoints.length + changes.deleteEndpoints.length +
       (changes.replaceLoadBalancers?.length ?? 0);
     if (count > 0) await this.#apply(changes);
     this.#needFull = false;
+    if (full) this.#takeover = false;
     return {
       full,
       summary: `${desired.loadBalancers.length} load balancers, ${count} changes`,
@@ -161,8 +218,30 @@ class WindowsBackend implements Backend {
     request: SyncRequest,
   ): { loadBalancers: LoadBalancerSpec[]; remoteEndpoints: RemoteEndpointSpec[] } {
     const dsr = this.#config.winkernel.enableDSR && this.#config.featureGates.WinDSR === true;
+    const sourceVip = this.#config.winkernel.sourceVip;
+    const sourceVipFamily = parseIP(sourceVip)?.family;
+    const healthCheck = this.#config.winkernel.forwardHealthCheckVip && this.#rootEndpointFound
+      ? {
+        rootEndpointName: this.#rootEndpointName,
+        healthzPort: portOf(this.#config.healthzBindAddress),
+      }
+      : undefined;
+    if (this.#network?.type.toLowerCase() === "overlay" && sourceVip === "") {
+      this.#warnOnce(
+        "overlay",
+        "HNS network {network} is Overlay and --source-vip is not set: load balancers get no " +
+          "source VIP (kube-proxy refuses to start without one)",
+      );
+    }
     const states: WindowsDesiredState[] = request.plans.map((plan) =>
-      renderWindows(plan, { sourceVip: this.#config.winkernel.sourceVip, dsr })
+      renderWindows(plan, {
+        // One --source-vip, of one family: the other family's load balancers get none.
+        sourceVip: sourceVipFamily === plan.family ? sourceVip : "",
+        dsr,
+        network: this.#network,
+        nodeIP: plan.nodePortAddresses[0] ?? "",
+        healthCheck,
+      })
     );
     for (const state of states) {
       for (const { servicePortId, reason } of state.unsupported) {
@@ -178,17 +257,23 @@ class WindowsBackend implements Backend {
     };
   }
 
+  #warnOnce(key: string, message: string): void {
+    if (this.#warned.has(key)) return;
+    this.#warned.add(key);
+    logger.warn(message, { network: this.#networkName });
+  }
+
   async #list(): Promise<HnsListing> {
     const result = await runChecked(this.#executor, {
       program: this.#powershell,
       args: [...POWERSHELL_ARGS],
-      stdin: renderListScript(),
+      stdin: renderListScript(this.#networkName),
     });
     return parseListReply(result.stdout);
   }
 
   async #apply(changes: HnsChanges): Promise<void> {
-    const script = renderSyncScript(changes, { networkName: this.#config.winkernel.networkName });
+    const script = renderSyncScript(changes, { networkName: this.#networkName });
     const result = await runChecked(this.#executor, {
       program: this.#powershell,
       args: [...POWERSHELL_ARGS],
@@ -249,6 +334,20 @@ export function diffHns(
     createLoadBalancers: desired.loadBalancers.filter((lb) => !current.loadBalancers.has(lb.id)),
     replaceLoadBalancers: desired.loadBalancers.filter((lb) => incomplete(lb.id)),
   };
+}
+
+/** The port of a `host:port` bind address, 0 when it has none (healthz off). */
+function portOf(address: string): number {
+  const port = Number(address.slice(address.lastIndexOf(":") + 1));
+  return Number.isInteger(port) && port > 0 && port <= 65535 ? port : 0;
+}
+
+function readEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
 }
 
 function sameSet(items: string[], set: ReadonlySet<string>): boolean {

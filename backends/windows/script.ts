@@ -12,7 +12,12 @@
  * @module
  */
 
-import type { LoadBalancerSpec, RemoteEndpointSpec } from "./render.ts";
+import type {
+  HnsNetworkInfo,
+  LoadBalancerSpec,
+  RemoteEndpointSpec,
+  RemoteSubnet,
+} from "./render.ts";
 import { validateGuid } from "./render.ts";
 import { isIP } from "node:net";
 
@@ -138,16 +143,24 @@ public static class Hcn {
     Check(HcnOpenLoadBalancer(ref g, out h, out e), e, "HcnOpenLoadBalancer");
     try { Check(HcnQueryLoadBalancerProperties(h, query, out p, out e), e, "HcnQueryLoadBalancerProperties"); return Take(p); } finally { HcnCloseLoadBalancer(h); }
   }
+  const string Query = "{\\"SchemaVersion\\":{\\"Major\\":2,\\"Minor\\":0},\\"Flags\\":0}";
+  static void Kept(string properties, string id, string what) {
+    if (new Guid(id) == Guid.Empty) return;
+    if (properties.IndexOf("\\"" + id + "\\"", StringComparison.OrdinalIgnoreCase) < 0) throw new Exception(what + ": HNS did not keep the id " + id + " kproxy asked for: " + properties);
+  }
   public static void CreateEndpoint(string networkId, string id, string settings) {
-    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e;
+    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e, p;
     Check(HcnOpenNetwork(ref n, out net, out e), e, "HcnOpenNetwork");
-    try { Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint"); HcnCloseEndpoint(h); } finally { HcnCloseNetwork(net); }
+    try {
+      Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint");
+      try { Check(HcnQueryEndpointProperties(h, Query, out p, out e), e, "HcnQueryEndpointProperties"); Kept(Take(p), id, "HcnCreateEndpoint"); } finally { HcnCloseEndpoint(h); }
+    } finally { HcnCloseNetwork(net); }
   }
   public static void DeleteEndpoint(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteEndpoint(ref g, out e), e, "HcnDeleteEndpoint"); }
   public static void CreateLoadBalancer(string id, string settings) {
-    Guid g = new Guid(id); IntPtr h, e;
+    Guid g = new Guid(id); IntPtr h, e, p;
     Check(HcnCreateLoadBalancer(ref g, settings, out h, out e), e, "HcnCreateLoadBalancer");
-    HcnCloseLoadBalancer(h);
+    try { Check(HcnQueryLoadBalancerProperties(h, Query, out p, out e), e, "HcnQueryLoadBalancerProperties"); Kept(Take(p), id, "HcnCreateLoadBalancer"); } finally { HcnCloseLoadBalancer(h); }
   }
   public static void DeleteLoadBalancer(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteLoadBalancer(ref g, out e), e, "HcnDeleteLoadBalancer"); }
 }
@@ -165,33 +178,40 @@ function Remove-KpLoadBalancer([string] $Id) {
 function Remove-KpEndpoint([string] $Id) {
   try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
-  $parts = $Prefix.Split('/')
-  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
-  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
-  if ($a.Length -ne $b.Length) { return $false }
-  $bits = [int]$parts[1]
-  for ($i = 0; $i -lt $a.Length; $i++) {
-    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
-    $mask = (0xFF -shl (8 - $take)) -band 0xFF
-    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
+function Get-KpHostMac([string] $Ip) {
+  foreach ($nic in [System.Net.NetworkInformation.NetworkInterface]::GetAllNetworkInterfaces()) {
+    foreach ($unicast in $nic.GetIPProperties().UnicastAddresses) {
+      if ($unicast.Address.ToString() -ne $Ip) { continue }
+      $bytes = $nic.GetPhysicalAddress().GetAddressBytes()
+      if ($bytes.Length -eq 6) { return ((@($bytes) | ForEach-Object { $_.ToString('x2') }) -join '-') }
+    }
   }
-  return $true
+  return ''
 }
-function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
-  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
-  if ($KpNetwork.Type -eq 'Overlay') {
-    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
-    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
-    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress, [string] $HostMacOf, [switch] $Local) {
+  if ($HostMacOf -ne '') {
+    $Mac = Get-KpHostMac $HostMacOf
+    if ($Mac -eq '') { $KpResult.errors += [ordered]@{ id = $Id; error = ('no network adapter with a MAC holds the node address ' + $HostMacOf) }; return }
   }
+  $name = 'kproxy-remote-'
+  $flags = 1
+  if ($Local) { $name = 'kproxy-source-vip-'; $flags = 0 } elseif ($HostMacOf -ne '') { $name = 'kproxy-service-vip-' }
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ($name + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = $flags; Policies = @() }
+  if ($ProviderAddress -ne '') { $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $ProviderAddress } }) }
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
     $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+function Find-KpNetwork([string] $Name) {
+  $filter = ConvertTo-Json -Compress -InputObject @{ Name = $Name }
+  $query = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $filter }
+  $ids = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($query)))
+  if ($ids.Count -ne 1) { return $null }
+  return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
+}
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [string[]] $EndpointNames, [switch] $Replace) {
   $endpointIds = @()
   $missing = $false
   foreach ($remoteId in $RemoteIds) {
@@ -199,6 +219,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   }
   foreach ($ip in $LocalIps) {
     if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  foreach ($name in $EndpointNames) {
+    if ($KpNamedIds.ContainsKey($name)) { $endpointIds += $KpNamedIds[$name] } else { $KpResult.missingLocal += $name; $missing = $true }
   }
   if ($Replace) {
     if ($missing) { $KpResult.incomplete += $Id; return }
@@ -224,21 +247,14 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
  */
 function networkSection(networkName: string): string {
   return `$KpNetworkName = ${psQuote(networkName)}
-$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
-$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
-$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
-if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
-$KpNetworkId = [string]$KpNetworkIds[0]
-$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
-$KpRemoteSubnets = @()
-if ($KpNetwork.PSObject.Properties['Policies']) {
-  foreach ($policy in @($KpNetwork.Policies)) {
-    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
-  }
-}
+$KpNetwork = Find-KpNetwork $KpNetworkName
+if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
+$KpNamedIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.PSObject.Properties['Name'] -and -not $KpNamedIds.ContainsKey([string]$ep.Name)) { $KpNamedIds[[string]$ep.Name] = [string]$ep.ID }
   if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
   if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
@@ -248,11 +264,14 @@ foreach ($ep in @(Get-KpEndpoints)) {
 
 /**
  * Renders the script that lists every HNS load balancer and endpoint of the
- * node; it prints `{"loadBalancers":[…],"endpoints":[…]}` (HCN properties).
+ * node, and the network named `networkName` (null when there is no such
+ * network, or no name); it prints
+ * `{"loadBalancers":[…],"endpoints":[…],"network":{…}}` (HCN properties).
  */
-export function renderListScript(): string {
+export function renderListScript(networkName = ""): string {
+  const network = networkName === "" ? "$null" : `(Find-KpNetwork ${psQuote(networkName)})`;
   return `${PROLOGUE}
-$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints) }
+$KpList = [ordered]@{ loadBalancers = @(Get-KpLoadBalancers); endpoints = @(Get-KpEndpoints); network = ${network} }
 ConvertTo-Json -Compress -Depth 8 -InputObject $KpList
 `;
 }
@@ -278,10 +297,17 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
     lines.push(`Remove-KpEndpoint ${psQuote(checkGuid(id))}`);
   }
   for (const ep of changes.createEndpoints) {
-    if (!MAC.test(ep.mac)) throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
+    const hostMacOf = ep.hostMacOf ?? "";
+    if (hostMacOf === "" ? !MAC.test(ep.mac) : ep.mac !== "") {
+      throw new TypeError(`Cannot use MAC "${ep.mac}" in an HNS script`);
+    }
     lines.push(
       `New-KpRemoteEndpoint -Id ${psQuote(checkGuid(ep.id))} -Ip ${psQuote(checkIp(ep.ip))} ` +
-        `-Mac ${psQuote(ep.mac)}`,
+        `-Mac ${psQuote(ep.mac)} -ProviderAddress ${
+          psQuote(ep.providerAddress === "" ? "" : checkIp(ep.providerAddress))
+        }` +
+        (hostMacOf === "" ? "" : ` -HostMacOf ${psQuote(checkIp(hostMacOf))}`) +
+        (ep.local ? " -Local" : ""),
     );
   }
   const creations = [
@@ -289,7 +315,10 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
     ...(changes.replaceLoadBalancers ?? []).map((lb) => ({ lb, replace: true })),
   ];
   for (const { lb, replace } of creations) {
-    const local = lb.backends.filter((b) => b.isLocal).map((b) => checkIp(b.ip));
+    const named = lb.backends.flatMap((b) => b.endpointName === undefined ? [] : [b.endpointName]);
+    const local = lb.backends.filter((b) => b.isLocal && b.endpointName === undefined).map((b) =>
+      checkIp(b.ip)
+    );
     const remote = lb.backends.filter((b) => !b.isLocal).map((b) => checkGuid(b.remoteEndpointId));
     lines.push(
       [
@@ -305,6 +334,7 @@ export function renderSyncScript(changes: HnsChanges, options: SyncScriptOptions
         `-SourceVip ${psQuote(lb.sourceVip === "" ? "" : checkIp(lb.sourceVip))}`,
         `-LocalIps ${psArray(local)}`,
         `-RemoteIds ${psArray(remote)}`,
+        ...(named.length > 0 ? [`-EndpointNames ${psArray(named)}`] : []),
         ...(replace ? ["-Replace"] : []),
       ].join(" "),
     );
@@ -349,10 +379,16 @@ export function parseSyncReply(stdout: string): HnsSyncReply {
   };
 }
 
-/** Ids of the HNS objects a list script reported. */
+/** Ids of the HNS objects a list script reported, and the network it was asked for. */
 export interface HnsListing {
   loadBalancerIds: string[];
   endpointIds: string[];
+  /** Names of the endpoints that have one. */
+  endpointNames: string[];
+  /** How many endpoints each load balancer holds, by lower-case id. */
+  loadBalancerEndpoints: Map<string, number>;
+  /** Undefined when the script was given no network name or HNS has no such network. */
+  network?: HnsNetworkInfo;
 }
 
 /**
@@ -372,7 +408,39 @@ export function parseListReply(stdout: string): HnsListing {
       return id.toLowerCase();
     });
   };
-  return { loadBalancerIds: ids("loadBalancers"), endpointIds: ids("endpoints") };
+  return {
+    loadBalancerIds: ids("loadBalancers"),
+    endpointIds: ids("endpoints"),
+    loadBalancerEndpoints: new Map(
+      (Array.isArray(value.loadBalancers) ? value.loadBalancers : [value.loadBalancers])
+        .filter((item: any) => typeof item?.ID === "string")
+        .map((item: any) => [
+          item.ID.toLowerCase(),
+          Array.isArray(item.HostComputeEndpoints) ? item.HostComputeEndpoints.length : 0,
+        ]),
+    ),
+    endpointNames: (Array.isArray(value.endpoints) ? value.endpoints : [value.endpoints])
+      .flatMap((item: any) => typeof item?.Name === "string" ? [item.Name] : []),
+    network: parseNetwork(value.network),
+  };
+}
+
+/** The type and remote subnet routes of a HostComputeNetwork; malformed routes are skipped. */
+function parseNetwork(value: unknown): HnsNetworkInfo | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const network = value as Record<string, unknown>;
+  if (typeof network.Type !== "string") {
+    throw new TypeError("Cannot parse HNS listing: the network has no Type");
+  }
+  const policies = Array.isArray(network.Policies) ? network.Policies : [];
+  const remoteSubnets: RemoteSubnet[] = [];
+  for (const policy of policies) {
+    if (policy?.Type !== "RemoteSubnetRoute") continue;
+    const { DestinationPrefix, ProviderAddress } = policy.Settings ?? {};
+    if (typeof DestinationPrefix !== "string" || isIP(ProviderAddress ?? "") === 0) continue;
+    remoteSubnets.push({ destinationPrefix: DestinationPrefix, providerAddress: ProviderAddress });
+  }
+  return { type: network.Type, remoteSubnets };
 }
 
 function parseLastJson(stdout: string): Record<string, any> {

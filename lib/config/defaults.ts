@@ -55,7 +55,13 @@ export function defaultConfig(hostname: string): Config {
       tcpFinTimeoutMs: 0,
       udpTimeoutMs: 0,
     },
-    winkernel: { sourceVip: "", enableDSR: false, networkName: "" },
+    winkernel: {
+      sourceVip: "",
+      enableDSR: false,
+      networkName: "",
+      forwardHealthCheckVip: false,
+      rootHnsEndpointName: "cbr0",
+    },
     conntrack: {
       maxPerCore: 32 * 1024,
       min: 128 * 1024,

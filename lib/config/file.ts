@@ -282,8 +282,14 @@ const FILE_SCHEMA: FileSchema = {
     sourceVip: stringField("winkernel.sourceVip", (c, v) => (c.winkernel.sourceVip = v)),
     enableDSR: boolField("winkernel.enableDSR", (c, v) => (c.winkernel.enableDSR = v)),
     networkName: stringField("winkernel.networkName", (c, v) => (c.winkernel.networkName = v)),
-    rootHnsEndpointName: IGNORED,
-    forwardHealthCheckVip: IGNORED,
+    rootHnsEndpointName: stringField(
+      "winkernel.rootHnsEndpointName",
+      (c, v) => (c.winkernel.rootHnsEndpointName = v),
+    ),
+    forwardHealthCheckVip: boolField(
+      "winkernel.forwardHealthCheckVip",
+      (c, v) => (c.winkernel.forwardHealthCheckVip = v),
+    ),
   },
   conntrack: {
     tcpBeLiberal: boolField("conntrack.tcpBeLiberal", (c, v) => (c.conntrack.tcpBeLiberal = v)),

@@ -556,6 +556,23 @@ const FLAGS: readonly FlagSpec[] = [
     apply: (c, raw) => (c.winkernel.networkName = raw),
   },
   {
+    name: "root-hnsendpoint-name",
+    group: "Windows (kernelspace)",
+    type: "string",
+    key: "winkernel.rootHnsEndpointName",
+    help: "The name of the hns endpoint name for root namespace attached to l2bridge " +
+      '(default "cbr0").',
+    apply: (c, raw) => (c.winkernel.rootHnsEndpointName = raw),
+  },
+  {
+    name: "forward-healthcheck-vip",
+    group: "Windows (kernelspace)",
+    type: "",
+    key: "winkernel.forwardHealthCheckVip",
+    help: "If true forward service VIP for health check port.",
+    apply: (c, raw, field) => (c.winkernel.forwardHealthCheckVip = toBool(raw, field)),
+  },
+  {
     name: "v",
     group: "Logging",
     type: "Level",
@@ -598,8 +615,6 @@ const IGNORED_FLAGS: readonly { name: string; type: string }[] = [
   { name: "log-text-split-stream", type: "" },
   { name: "vmodule", type: "pattern=N,..." },
   { name: "windows-service", type: "" },
-  { name: "root-hnsendpoint-name", type: "string" },
-  { name: "forward-healthcheck-vip", type: "" },
   { name: "boot-id-file", type: "string" },
   { name: "machine-id-file", type: "string" },
 ];

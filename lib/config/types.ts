@@ -91,6 +91,10 @@ export interface Config {
     sourceVip: string;
     enableDSR: boolean;
     networkName: string;
+    /** Forward each ingress IP's health-check port to the root namespace's HNS endpoint. */
+    forwardHealthCheckVip: boolean;
+    /** The name of the root namespace's HNS endpoint (`--root-hnsendpoint-name`). */
+    rootHnsEndpointName: string;
   };
   /** conntrack.* / --conntrack-*: set at start as kube-proxy does (0 leaves a value as is). */
   conntrack: ConntrackSettings;

@@ -65,6 +65,10 @@ export interface Service {
    * `service.kubernetes.io/topology-aware-hints`) asks for hints, "" for any other value or none.
    * It only explains hints: kproxy follows the hints a slice carries whatever it says. */
   topologyMode: "Auto" | "";
+  /** The `preserve-destination: "true"` annotation (Windows): external traffic keeps its
+   * destination address, so node ports and load-balancer IPs reach this node's endpoints only.
+   * Absent when not asked for. */
+  preserveDestination?: true;
 }
 
 /** Topology hints an EndpointSlice controller wrote on an endpoint. */

@@ -161,6 +161,13 @@ export interface ServicePortPlan {
    */
   counters?: ServiceCounter[];
 
+  /**
+   * The Service's `preserve-destination` annotation (Windows, as upstream's winkernel): its node
+   * port and load-balancer IPs send to this node's endpoints only, keeping the destination
+   * address. Absent when not asked for, or the port has neither.
+   */
+  preserveDestination?: true;
+
   /** Frontends this port declares that another service port holds; absent when none. */
   shadowed?: ShadowedFrontend[];
 }

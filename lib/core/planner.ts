@@ -350,6 +350,9 @@ function planService(
       externalLocal,
       localReadyEndpoints: categorized.localReadyEndpoints,
       servingEndpoints: categorized.serving,
+      ...(service.preserveDestination && (nodePort > 0 || loadBalancerIPs.length > 0)
+        ? { preserveDestination: true as const }
+        : {}),
       ...(options.serviceCounters === true
         ? {
           counters: serviceCounters({

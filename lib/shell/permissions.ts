@@ -41,6 +41,7 @@ const ENV_VARS: readonly string[] = [
   "KUBECONFIG",
   "HOME",
   "NODE_NAME",
+  "KUBE_NETWORK",
   "LOG_TOKENS",
   "LOG_STREAM",
 ];

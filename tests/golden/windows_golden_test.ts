@@ -33,7 +33,7 @@ function createScript(plan: Plan, options: WindowsRenderOptions = {}): string {
 
 Deno.test("PROLOGUE matches golden file", async () => {
   await assertGolden("prologue.ps1", PROLOGUE);
-  await assertGolden("list.ps1", renderListScript().slice(PROLOGUE.length));
+  await assertGolden("list.ps1", renderListScript("cbr0").slice(PROLOGUE.length));
 });
 
 for (const name of Object.keys(SCENARIOS)) {
@@ -63,6 +63,13 @@ Deno.test("renderSyncScript() matches golden file for DSR off and on", async () 
 Deno.test("renderSyncScript() matches golden file for an overlay source VIP", async () => {
   await assertGolden(
     "overlay-source-vip.ps1",
-    createScript(SCENARIOS.nodeport!, { sourceVip: "10.244.1.2" }),
+    createScript(SCENARIOS.nodeport!, {
+      sourceVip: "10.244.1.2",
+      nodeIP: "10.201.0.1",
+      network: {
+        type: "Overlay",
+        remoteSubnets: [{ destinationPrefix: "10.244.2.0/24", providerAddress: "192.168.1.12" }],
+      },
+    }),
   );
 });

@@ -76,6 +76,8 @@ Deno.test("parseCommandLine() gives every field its default", () => {
     ["winkernel.sourceVip", ""],
     ["winkernel.enableDSR", false],
     ["winkernel.networkName", ""],
+    ["winkernel.forwardHealthCheckVip", false],
+    ["winkernel.rootHnsEndpointName", "cbr0"],
     ["conntrack.tcpBeLiberal", false],
     ["serviceClusterIPRange", []],
     ["externalIPAllowedCIDRs", []],
@@ -148,6 +150,8 @@ const FLAG_CASES: [string, string, string, unknown][] = [
   ["ipvs-udp-timeout", "5s", "ipvs.udpTimeoutMs", 5_000],
   ["source-vip", "10.0.0.250", "winkernel.sourceVip", "10.0.0.250"],
   ["network-name", "vxlan0", "winkernel.networkName", "vxlan0"],
+  ["root-hnsendpoint-name", "vEthernet", "winkernel.rootHnsEndpointName", "vEthernet"],
+  ["forward-healthcheck-vip", "true", "winkernel.forwardHealthCheckVip", true],
   ["conntrack-tcp-be-liberal", "true", "conntrack.tcpBeLiberal", true],
   ["feature-gates", "ServiceTopology=true,WinDSR=true", "featureGates", {
     ...defaultFeatureGates(),
@@ -289,6 +293,8 @@ winkernel:
   sourceVip: 10.0.0.250
   enableDSR: false
   networkName: l2bridge
+  forwardHealthCheckVip: true
+  rootHnsEndpointName: vEthernet
 conntrack:
   tcpBeLiberal: true
 logging:
@@ -328,7 +334,13 @@ logging:
       tcpFinTimeoutMs: 120_000,
       udpTimeoutMs: 300_000,
     },
-    winkernel: { sourceVip: "10.0.0.250", enableDSR: false, networkName: "l2bridge" },
+    winkernel: {
+      sourceVip: "10.0.0.250",
+      enableDSR: false,
+      networkName: "l2bridge",
+      forwardHealthCheckVip: true,
+      rootHnsEndpointName: "vEthernet",
+    },
     conntrack: { ...defaultConfig("Node-A").conntrack, tcpBeLiberal: true },
     verbosity: 2,
   });

@@ -202,6 +202,17 @@ Deno.test("parseService() parses every service type and optional field", async (
       check: (s) => assert.equal(s.topologyMode, ""),
     },
     {
+      // upstream's winkernel: only the exact value "true" turns the routing mesh off.
+      name: "the preserve-destination annotation",
+      raw: service({}, { metadata: { annotations: { "preserve-destination": "true" } } }),
+      check: (s) => assert.equal(s.preserveDestination, true),
+    },
+    {
+      name: "preserve-destination other than true",
+      raw: service({}, { metadata: { annotations: { "preserve-destination": "True" } } }),
+      check: (s) => assert.equal(s.preserveDestination, undefined),
+    },
+    {
       name: "topologyKeys with catch-all last",
       raw: service({
         topologyKeys: ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "*"],

@@ -229,6 +229,25 @@ Deno.test("planNode() sets healthCheckNodePort only for externalTrafficPolicy Lo
   }
 });
 
+Deno.test("planNode() carries preserve-destination to ports with a node port or load-balancer IP", () => {
+  const cases = [
+    { type: "LoadBalancer" as const, nodePort: 30001, want: true },
+    { type: "NodePort" as const, nodePort: 30001, want: true },
+    { type: "ClusterIP" as const, nodePort: 0, want: undefined },
+  ];
+  for (const { type, nodePort, want } of cases) {
+    const sp = only(plan({
+      services: [service({
+        name: "keep",
+        type,
+        ports: [port({ nodePort })],
+        preserveDestination: true,
+      })],
+    }));
+    assert.equal(sp.preserveDestination, want, type);
+  }
+});
+
 Deno.test("planNode() honours declared externalIPs", () => {
   const sp = only(plan({
     services: [service({ name: "ext", externalIPs: ["198.51.100.7", "2001:db8::7"] })],

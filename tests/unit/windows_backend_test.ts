@@ -16,13 +16,14 @@ import {
 import type { SyncRequest } from "../../lib/core/backend.ts";
 import type { CommandResult } from "../../lib/core/executor.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
-import type { Plan } from "../../lib/core/plan.ts";
+import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
 import { endpoint, planOf, SCENARIOS, servicePort, testConfig } from "../golden/ipvs/plans.ts";
 
 const FOREIGN_LB = "0f0e0d0c-0000-0000-0000-000000000001";
 const FOREIGN_EP = "0f0e0d0c-0000-0000-0000-000000000002";
 const STALE_LB = "6b70726f-0001-0000-0000-00000000dead";
 const STALE_EP = "6b70726f-0002-0000-0000-00000000dead";
+const POD = "c0c0c0c0-0000-4000-8000-000000000105";
 
 /**
  * A fake HNS behind a FakeExecutor: answers list scripts with recorded HCN
@@ -32,6 +33,8 @@ class FakeHns {
   readonly loadBalancers = new Set<string>();
   readonly endpoints = new Set<string>();
   readonly failing = new Set<string>();
+  /** Endpoints a load balancer holds, when fewer than it was created with. */
+  readonly held = new Map<string, number>();
   readonly scripts: string[] = [];
   readonly executor = new FakeExecutor((command) => this.#run(command));
 
@@ -44,7 +47,7 @@ class FakeHns {
       // Recorded shape of HCN properties (trimmed), as ConvertTo-Json prints them.
       const loadBalancers = [...this.loadBalancers].map((id) => ({
         ID: id.toUpperCase(),
-        HostComputeEndpoints: [],
+        HostComputeEndpoints: Array.from({ length: this.held.get(id) ?? 16 }, () => POD),
         FrontendVIPs: ["10.96.0.10"],
         PortMappings: [{ Protocol: 6, InternalPort: 8080, ExternalPort: 80 }],
         SchemaVersion: { Major: 2, Minor: 0 },
@@ -55,7 +58,11 @@ class FakeHns {
         IpConfigurations: [{ IpAddress: "10.244.2.7" }],
         Flags: 1,
       }));
-      return { code: 0, stdout: JSON.stringify({ loadBalancers, endpoints }) + "\r\n", stderr: "" };
+      const network = script.includes("Find-KpNetwork 'cbr0'")
+        ? { ID: "0B0B0B0B-0000-4000-8000-000000000001", Type: "L2Bridge", Policies: [] }
+        : null;
+      const listing = { loadBalancers, endpoints, network };
+      return { code: 0, stdout: JSON.stringify(listing) + "\r\n", stderr: "" };
     }
     const reply = {
       createdLoadBalancers: [] as string[],
@@ -116,7 +123,7 @@ function ids(plan: Plan): string[] {
   return renderWindows(plan).loadBalancers.map((lb) => lb.id);
 }
 
-Deno.test("WindowsBackend.sync() at start deletes stale kproxy objects and keeps foreign ones", async () => {
+Deno.test("WindowsBackend.sync() at start deletes every load balancer but its own, stale kproxy endpoints and no other endpoint", async () => {
   const hns = new FakeHns();
   const [kept = ""] = ids(SCENARIOS.nodeport!);
   for (const id of [FOREIGN_LB, STALE_LB, kept]) hns.loadBalancers.add(id);
@@ -128,16 +135,54 @@ Deno.test("WindowsBackend.sync() at start deletes stale kproxy objects and keeps
   const desired = renderWindows(SCENARIOS.nodeport!);
   assertEquals(hns.lastChanges(), [
     `Remove-KpLoadBalancer '${STALE_LB}'`,
+    `Remove-KpLoadBalancer '${FOREIGN_LB}'`,
     `Remove-KpEndpoint '${STALE_EP}'`,
     `New-KpRemoteEndpoint '${desired.remoteEndpoints[0]!.id}'`,
     ...desired.loadBalancers.filter((lb) => lb.id !== kept).map((lb) =>
       `New-KpLoadBalancer '${lb.id}'`
     ),
   ]);
-  ok(hns.loadBalancers.has(FOREIGN_LB) && hns.endpoints.has(FOREIGN_EP));
+  ok(!hns.loadBalancers.has(FOREIGN_LB) && hns.endpoints.has(FOREIGN_EP));
   assertEquals(
     [...hns.loadBalancers].filter(isKproxyId).sort(),
     desired.loadBalancers.map((lb) => lb.id),
+  );
+  hns.loadBalancers.add(FOREIGN_LB);
+  await backend.sync(request(SCENARIOS.nodeport!, true));
+  ok(hns.loadBalancers.has(FOREIGN_LB), "after start, a foreign load balancer is kept");
+});
+
+Deno.test("WindowsBackend.sync() at start replaces a load balancer HNS holds with fewer endpoints than wanted", async () => {
+  const hns = new FakeHns();
+  const [lb] = renderWindows(SCENARIOS.clusterip!).loadBalancers;
+  ok(lb!.backends.length > 1);
+  hns.loadBalancers.add(lb!.id);
+  hns.held.set(lb!.id, 1);
+  for (const ep of renderWindows(SCENARIOS.clusterip!).remoteEndpoints) hns.endpoints.add(ep.id);
+  const backend = createWindowsBackend({ executor: hns.executor, config: config() });
+  await backend.sync(request(SCENARIOS.clusterip!, true));
+  const last = hns.scripts.at(-1)!.split("\n").filter((line) => line.startsWith("New-Kp"));
+  assertEquals(last.length, 1);
+  ok(last[0]!.startsWith(`New-KpLoadBalancer -Id '${lb!.id}'`) && last[0]!.endsWith(" -Replace"));
+});
+
+Deno.test("WindowsBackend.sync() fails while HNS has no such network", async () => {
+  const c = config();
+  c.winkernel.networkName = "other";
+  const backend = createWindowsBackend({ executor: new FakeHns().executor, config: c });
+  await rejects(backend.sync(request(SCENARIOS.nodeport!, true)), /Cannot find HNS network other/);
+});
+
+Deno.test("createWindowsBackend() takes the network from KUBE_NETWORK without --network-name", () => {
+  const c = config();
+  c.winkernel.networkName = "";
+  const read: string[] = [];
+  const getEnv = (name: string) => (read.push(name), "cbr0");
+  createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv });
+  assertEquals(read, ["KUBE_NETWORK"]);
+  throws(
+    () => createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv: () => "" }),
+    /neither --network-name nor KUBE_NETWORK/,
   );
 });
 
@@ -204,7 +249,11 @@ Deno.test("createWindowsBackend() rejects a network name that is not printable A
   for (const name of ["", "cbr0\nRemove-Item C:\\", "x".repeat(300)]) {
     const c = config();
     c.winkernel.networkName = name;
-    throws(() => createWindowsBackend({ executor: new FakeExecutor(), config: c }), TypeError);
+    const getEnv = () => undefined;
+    throws(
+      () => createWindowsBackend({ executor: new FakeExecutor(), config: c, getEnv }),
+      TypeError,
+    );
   }
 });
 
@@ -227,13 +276,20 @@ Deno.test("renderWindows() sets HNS flags per address kind, DSR and affinity", (
   assertEquals(off.nodePort?.portFlags, PORT_FLAGS.localRoutedVip | PORT_FLAGS.vipExternalIp);
   assertEquals(off.nodePort?.vip, "");
   assertEquals(off.nodePort?.externalPort, 30080);
-  assertEquals(off.externalIP?.flags, LB_FLAGS.none);
+  assertEquals(off.clusterIP?.flags, LB_FLAGS.none);
   assertEquals(off.clusterIP?.distribution, DISTRIBUTION.sourceIP);
-  const on = byKind(true);
-  assertEquals(on.clusterIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.loadBalancerIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.externalIP?.flags, LB_FLAGS.dsr);
-  assertEquals(on.nodePort?.flags, LB_FLAGS.none);
+  // externalTrafficPolicy Local: DSR on every external address, with or without --enable-dsr.
+  for (const on of [off, byKind(true)]) {
+    assertEquals(on.loadBalancerIP?.flags, LB_FLAGS.dsr);
+    assertEquals(on.externalIP?.flags, LB_FLAGS.dsr);
+    assertEquals(on.nodePort?.flags, LB_FLAGS.dsr);
+  }
+  assertEquals(byKind(true).clusterIP?.flags, LB_FLAGS.dsr);
+  const cluster = Object.fromEntries(
+    renderWindows(planOf([servicePort({ nodePort: 30080, externalIPs: ["198.51.100.20"] })]))
+      .loadBalancers.map((lb) => [lb.kind, lb.flags]),
+  );
+  assertEquals(cluster, { clusterIP: 0, nodePort: 0, externalIP: 0 }, "Cluster: no DSR");
   assertEquals(renderWindows(plan).unsupported, []);
 });
 
@@ -262,6 +318,185 @@ Deno.test("renderWindows() creates no load balancer without endpoints", () => {
   ]);
   const state = renderWindows(plan);
   assertEquals(state.loadBalancers.filter((lb) => lb.kind === "clusterIP"), []);
+});
+
+Deno.test("renderWindows() on Overlay: provider addresses and the source VIP as upstream", async (t) => {
+  const network = {
+    type: "Overlay",
+    remoteSubnets: [{ destinationPrefix: "10.244.2.0/24", providerAddress: "192.168.1.12" }],
+  };
+  const options = { network, sourceVip: "10.244.1.2", nodeIP: "10.201.0.1" };
+  const cases: { name: string; ip: string; providerAddress: string; sourceVip: string }[] = [
+    {
+      name: "a pod in a remote subnet",
+      ip: "10.244.2.7",
+      providerAddress: "192.168.1.12",
+      sourceVip: "10.244.1.2",
+    },
+    {
+      name: "a remote node's own address",
+      ip: "192.168.1.12",
+      providerAddress: "192.168.1.12",
+      sourceVip: "10.201.0.1",
+    },
+    {
+      name: "outside every subnet",
+      ip: "203.0.113.50",
+      providerAddress: "10.201.0.1",
+      sourceVip: "10.201.0.1",
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, () => {
+      const traffic = {
+        endpoints: [endpoint(c.ip, 8080)],
+        whenEmpty: "reject" as const,
+        reason: "",
+      };
+      const state = renderWindows(planOf([servicePort({ internal: traffic })]), options);
+      const remotes = state.remoteEndpoints.filter((ep) => ep.hostMacOf === undefined);
+      assertEquals(remotes.map((ep) => [ep.ip, ep.providerAddress]), [
+        [c.ip, c.providerAddress],
+      ]);
+      assertEquals(state.loadBalancers.map((lb) => lb.sourceVip), [c.sourceVip]);
+    });
+  }
+  await t.step("the source VIP's endpoint and the cluster IP's, with the host's MAC", () => {
+    const state = renderWindows(SCENARIOS.clusterip!, options);
+    const host = state.remoteEndpoints.filter((ep) => ep.hostMacOf !== undefined).map((ep) => ({
+      ip: ep.ip,
+      local: ep.local ?? false,
+      mac: ep.mac,
+      providerAddress: ep.providerAddress,
+      hostMacOf: ep.hostMacOf,
+    }));
+    const base = { mac: "", hostMacOf: "10.201.0.1" };
+    assertEquals(host.sort((a, b) => a.ip < b.ip ? -1 : 1), [
+      { ip: "10.244.1.2", local: true, providerAddress: "", ...base },
+      { ip: "10.96.0.10", local: false, providerAddress: "10.201.0.1", ...base },
+    ]);
+    const noSourceVip = renderWindows(SCENARIOS.clusterip!, { ...options, sourceVip: "" });
+    ok(!noSourceVip.remoteEndpoints.some((ep) => ep.local));
+  });
+  await t.step("L2Bridge: no provider address, no source VIP", () => {
+    const bridge = { ...options, network: { type: "L2Bridge", remoteSubnets: [] } };
+    const state = renderWindows(SCENARIOS.nodeport!, bridge);
+    ok(state.remoteEndpoints.every((ep) => ep.providerAddress === "" && !ep.hostMacOf));
+    ok(state.loadBalancers.every((lb) => lb.sourceVip === ""));
+  });
+  await t.step("a route that moves gives the remote endpoint a new id", () => {
+    const traffic = {
+      endpoints: [endpoint("10.244.2.7", 8080)],
+      whenEmpty: "reject" as const,
+      reason: "",
+    };
+    const plan = planOf([servicePort({ internal: traffic })]);
+    const moved = {
+      ...options,
+      network: {
+        ...network,
+        remoteSubnets: [{ ...network.remoteSubnets[0]!, providerAddress: "192.168.1.99" }],
+      },
+    };
+    const pod = (o: typeof options) =>
+      renderWindows(plan, o).remoteEndpoints.find((ep) => ep.ip === "10.244.2.7");
+    const before = pod(options);
+    const after = pod(moved);
+    ok(before!.id !== after!.id);
+  });
+});
+
+Deno.test("renderWindows() with preserve-destination and health-check forwarding, as upstream", async (t) => {
+  const external = {
+    endpoints: [endpoint("10.244.1.5", 8080, true), endpoint("10.244.2.7", 8080)],
+    whenEmpty: "reject" as const,
+    reason: "",
+  };
+  const service = (extra: Partial<ServicePortPlan>) =>
+    servicePort({
+      nodePort: 30080,
+      externalIPs: ["198.51.100.20"],
+      loadBalancerIPs: ["203.0.113.10"],
+      external,
+      internal: external,
+      ...extra,
+    });
+  const healthCheck = { rootEndpointName: "cbr0", healthzPort: 10256 };
+  const rows = (extra: Partial<ServicePortPlan>, options = {}) =>
+    renderWindows(planOf([service(extra)]), options).loadBalancers.map((lb) => ({
+      kind: lb.kind,
+      vip: lb.vip,
+      port: `${lb.internalPort}->${lb.externalPort}`,
+      flags: lb.flags,
+      portFlags: lb.portFlags,
+      backends: lb.backends.map((b) => b.endpointName ?? `${b.ip}${b.isLocal ? " local" : ""}`),
+    })).sort((a, b) => `${a.kind}${a.port}` < `${b.kind}${b.port}` ? -1 : 1);
+  const all = ["10.244.1.5 local", "10.244.2.7"];
+  await t.step("preserve-destination: local endpoints and DSR|UseMux|PreserveDIP", () => {
+    assertEquals(rows({ preserveDestination: true }), [
+      {
+        kind: "clusterIP",
+        vip: "10.96.0.10",
+        port: "8080->80",
+        flags: 0,
+        portFlags: 0,
+        backends: all,
+      },
+      {
+        kind: "externalIP",
+        vip: "198.51.100.20",
+        port: "8080->80",
+        flags: 0,
+        portFlags: 16,
+        backends: all,
+      },
+      {
+        kind: "loadBalancerIP",
+        vip: "203.0.113.10",
+        port: "8080->80",
+        flags: 1,
+        portFlags: 28,
+        backends: ["10.244.1.5 local"],
+      },
+      {
+        kind: "nodePort",
+        vip: "",
+        port: "8080->30080",
+        flags: 0,
+        portFlags: 18,
+        backends: ["10.244.1.5 local"],
+      },
+    ]);
+  });
+  await t.step("health check: the node's healthz port to the root endpoint, no DSR", () => {
+    const found = rows({}, { healthCheck }).filter((row) => row.kind === "healthCheck");
+    assertEquals(found, [
+      {
+        kind: "healthCheck",
+        vip: "203.0.113.10",
+        port: "10256->10256",
+        flags: 0,
+        portFlags: 0,
+        backends: ["cbr0"],
+      },
+    ]);
+  });
+  await t.step(
+    "health check: the Service's health-check node port, preserve-destination flags",
+    () => {
+      const found = rows({ healthCheckNodePort: 32000, preserveDestination: true }, { healthCheck })
+        .filter((row) => row.kind === "healthCheck");
+      assertEquals(found.map((row) => [row.port, row.portFlags]), [["32000->32000", 12]]);
+    },
+  );
+  await t.step("no health check without the option or a port", () => {
+    ok(!rows({}).some((row) => row.kind === "healthCheck"));
+    ok(
+      !rows({}, { healthCheck: { ...healthCheck, healthzPort: 0 } }).some((row) =>
+        row.kind === "healthCheck"
+      ),
+    );
+  });
 });
 
 Deno.test("conjureMac() derives upstream's 02-11 MAC from IPv4 and IPv6 addresses", () => {

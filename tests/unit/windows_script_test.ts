@@ -143,7 +143,12 @@ Deno.test("renderWindows() and renderSyncScript() reject hostile values that are
     });
   }
   await t.step("source VIP", () => {
-    throws(() => renderWindows(SCENARIOS.clusterip!, { sourceVip: "1.2.3.4; x" }), TypeError);
+    const network = { type: "Overlay", remoteSubnets: [] };
+    throws(
+      () => renderWindows(SCENARIOS.clusterip!, { sourceVip: "1.2.3.4; x", network }),
+      TypeError,
+    );
+    throws(() => renderWindows(SCENARIOS.clusterip!, { nodeIP: "fd00::1", network }), TypeError);
   });
   const good = changesFor();
   const tampered: [string, HnsChanges][] = [
@@ -155,6 +160,16 @@ Deno.test("renderWindows() and renderSyncScript() reject hostile values that are
         id: "6b70726f-0002-0000-0000-000000000001",
         ip: "10.0.0.1",
         mac: "$(x)",
+        providerAddress: "",
+      }],
+    }],
+    ["provider address", {
+      ...good,
+      createEndpoints: [{
+        id: "6b70726f-0002-0000-0000-000000000001",
+        ip: "10.0.0.1",
+        mac: "02-11-0a-00-00-01",
+        providerAddress: "10.0.0.2' ; x",
       }],
     }],
     ["VIP", {
@@ -189,9 +204,35 @@ Deno.test("parseListReply() lower-cases ids and rejects items without one", () =
     parseListReply(
       '{"loadBalancers":{"ID":"6B70726F-0001-0000-0000-000000000001"},"endpoints":[]}',
     ),
-    { loadBalancerIds: ["6b70726f-0001-0000-0000-000000000001"], endpointIds: [] },
+    {
+      loadBalancerIds: ["6b70726f-0001-0000-0000-000000000001"],
+      endpointIds: [],
+      endpointNames: [],
+      loadBalancerEndpoints: new Map([["6b70726f-0001-0000-0000-000000000001", 0]]),
+      network: undefined,
+    },
   );
   throws(() => parseListReply('{"loadBalancers":[{}]}'), /has no ID/);
+});
+
+Deno.test("parseListReply() reads the network's type and remote subnet routes", () => {
+  const route = (prefix: unknown, pa: unknown) => ({
+    Type: "RemoteSubnetRoute",
+    Settings: { DestinationPrefix: prefix, IsolationId: 4096, ProviderAddress: pa },
+  });
+  const network = {
+    ID: "0B0B0B0B-0000-4000-8000-000000000001",
+    Type: "Overlay",
+    Policies: [route("10.244.2.0/24", "192.168.1.12"), route("10.244.3.0/24", 7), {
+      Type: "SourceMacAddress",
+    }],
+  };
+  const listing = parseListReply(JSON.stringify({ loadBalancers: [], endpoints: [], network }));
+  assertEquals(listing.network, {
+    type: "Overlay",
+    remoteSubnets: [{ destinationPrefix: "10.244.2.0/24", providerAddress: "192.168.1.12" }],
+  });
+  throws(() => parseListReply('{"network":{"ID":"x"}}'), /network has no Type/);
 });
 
 // PowerShell's own parser checks these scripts (syntax, 5.1 compatibility, hostile names):

@@ -174,8 +174,11 @@ export interface HcnFault {
   id?: string;
   /** @default {0x80004005} */
   hresult?: number;
-  /** "kill" kills the calling process (a script killed half-way). @default {"fail"} */
-  action?: "fail" | "kill";
+  /**
+   * "kill" kills the calling process (a script killed half-way); "ignoreId" lets a creation
+   * succeed under an id of the stand-in's instead of the caller's. @default {"fail"}
+   */
+  action?: "fail" | "kill" | "ignoreId";
   /** Matching calls to let through first. @default {0} */
   after?: number;
   /** Calls to fail; -1 for all. @default {1} */
@@ -246,8 +249,8 @@ export class HcnState {
   }
 
   /**
-   * An Executor for the backend: it runs the backend's `pwsh` commands (and
-   * nothing else) through a real {@linkcode DenoExecutor}, with the library
+   * An Executor for the backend: it runs the backend's PowerShell commands
+   * (`pwsh` or `powershell.exe`, both as `pwsh`, and nothing else) through a real {@linkcode DenoExecutor}, with the library
    * directory on LD_LIBRARY_PATH and this state file in KPROXY_HCN_STATE, so
    * the C# shim's `DllImport("computenetwork.dll")` loads the stand-in.
    */
@@ -275,9 +278,10 @@ export class StandInExecutor implements Executor {
   }
 
   run(command: Command): Promise<CommandResult> {
-    if (command.program !== "pwsh") {
+    // powershell.exe is what the mode registry's backend runs on a Windows node; pwsh stands in.
+    if (command.program !== "pwsh" && command.program !== "powershell.exe") {
       return Promise.reject(
-        new Error(`Cannot run "${command.program}": the HCN stand-in runs only pwsh`),
+        new Error(`Cannot run "${command.program}": the HCN stand-in runs only PowerShell`),
       );
     }
     const refused = commandRefusal(command, KPROXY_COMMAND_POLICY);
@@ -317,6 +321,22 @@ export async function runPwsh(
     stdin: script,
     timeoutMs: 120_000,
   });
+}
+
+/**
+ * An IPv4 address of this machine on an adapter with a MAC (read, never sent to): a Windows
+ * node's address, for the scripts that look up the host's MAC as upstream's `GetHostMac` does.
+ * Undefined (and the reason printed) when there is none.
+ */
+export function hostAddress(): { ip: string; mac: string } | undefined {
+  const found = Deno.networkInterfaces().find((nic) =>
+    nic.family === "IPv4" && !nic.address.startsWith("127.") && nic.mac !== "00:00:00:00:00:00"
+  );
+  if (found === undefined) {
+    console.warn("Overlay tests skipped: no IPv4 address on an adapter with a MAC");
+    return undefined;
+  }
+  return { ip: found.address, mac: found.mac.replaceAll(":", "-").toLowerCase() };
 }
 
 /** The path of a file beside this module. */

@@ -22,11 +22,13 @@ import {
   HcnState,
   type HcnStateDocument,
   HcnView,
+  hostAddress,
   type PwshTools,
   pwshTools,
 } from "./hcn.ts";
 
 const tools = await pwshTools();
+const host = hostAddress();
 
 const BRIDGE = "0b0b0b0b-0000-4000-8000-000000000001";
 const OVERLAY = "0b0b0b0b-0000-4000-8000-000000000002";
@@ -36,11 +38,13 @@ const LOCAL = {
   "10.244.1.6": "c0c0c0c0-0000-4000-8000-000000000106",
   "fd00:244:1::5": "c0c0c0c0-0000-4000-8000-000000000605",
 };
-/** Objects another program created: kproxy must never delete them. */
+/** A load balancer another program (kube-proxy) created: kproxy deletes it at start, as
+ * kube-proxy does. */
 const FOREIGN_LB = "0f0e0d0c-0000-4000-8000-000000000001";
+/** An endpoint another program created: kproxy must never delete it. */
 const FOREIGN_EP = "0f0e0d0c-0000-4000-8000-000000000002";
 
-const KEPT = [FOREIGN_LB, FOREIGN_EP, ...Object.values(LOCAL)];
+const KEPT = [FOREIGN_EP, ...Object.values(LOCAL)];
 
 function localEndpoints(network: string): HcnEndpoint[] {
   return Object.entries(LOCAL).map(([ip, id]) => ({
@@ -187,7 +191,7 @@ const CASES: WindowsCase[] = [
     },
   },
   {
-    name: "externalTrafficPolicy Local: external addresses use local endpoints only",
+    name: "externalTrafficPolicy Local: external addresses use local endpoints only, with DSR",
     ipv4: [servicePort({
       id: "default/local:http/TCP",
       name: "local",
@@ -213,6 +217,10 @@ const CASES: WindowsCase[] = [
       ]);
       assertEquals(hcn.backends(hcn.lb("", 30081)), ["10.244.1.6 local"]);
       assertEquals(hcn.backends(hcn.lb("203.0.113.14", 80)), ["10.244.1.6 local"]);
+      // DSR keeps the client's address, as upstream, without --enable-dsr.
+      assertEquals(hcn.shape(hcn.lb("10.96.0.14", 80)), { ...BASE, portFlags: 0 });
+      assertEquals(hcn.shape(hcn.lb("", 30081)), { ...BASE, flags: 1, portFlags: 18 });
+      assertEquals(hcn.shape(hcn.lb("203.0.113.14", 80)), { ...BASE, flags: 1, portFlags: 16 });
     },
   },
   {
@@ -314,11 +322,7 @@ Deno.test({
       const hcn = await view(state);
       for (const c of CASES) await t.step(c.name, () => c.expect(hcn));
       hcn.assertKept(KEPT);
-      assertEquals(
-        hcn.document.loadBalancers.length,
-        1 + 18,
-        "the foreign load balancer and one per service address",
-      );
+      assertEquals(hcn.document.loadBalancers.length, 18, "one per service address, none else");
 
       await t.step("a second sync with no change makes no HCN call", async () => {
         await state.write(await state.read());
@@ -369,7 +373,7 @@ Deno.test({
       await t.step("cleanup removes every kproxy object and nothing else", async () => {
         await backend.cleanup();
         const after = await view(state);
-        assertEquals(after.document.loadBalancers.map((lb) => lb.ID), [FOREIGN_LB.toUpperCase()]);
+        assertEquals(after.document.loadBalancers.map((lb) => lb.ID), []);
         assertEquals(
           after.document.endpoints.map((e) => e.ID).sort(),
           [FOREIGN_EP, ...Object.values(LOCAL)].map((id) => id.toUpperCase()).sort(),
@@ -381,11 +385,16 @@ Deno.test({
 
 Deno.test({
   name: "kernelspace (pwsh): Overlay network with DSR and a source VIP",
-  ignore: typeof tools === "string",
+  ignore: typeof tools === "string" || host === undefined,
   async fn() {
     if (typeof tools === "string") return;
     const config = testConfig({ proxyMode: "kernelspace" });
-    config.winkernel = { networkName: "vxlan0", sourceVip: "10.244.1.2", enableDSR: true };
+    config.winkernel = {
+      ...config.winkernel,
+      networkName: "vxlan0",
+      sourceVip: "10.244.1.2",
+      enableDSR: true,
+    };
     config.featureGates = { WinDSR: true };
     await run(tools, "Overlay", async (backend, state) => {
       const plans = [
@@ -409,6 +418,8 @@ Deno.test({
           }),
         ]),
       ];
+      // The node's address is this machine's: the scripts look up its adapter's MAC.
+      plans[0] = { ...plans[0]!, nodePortAddresses: [host!.ip] };
       await backend.sync({ plans, changed: new Set(), full: true });
       const hcn = await view(state);
       const pa = (ip: string) => hcn.remote(ip).Policies;

@@ -5,7 +5,9 @@
  * function and per object, a script killed half-way, HCN holding objects
  * kproxy did not create (one in the way of kproxy's own), and a network that
  * does not exist. Each failure must show in kproxy_sync_failures_total and the
- * logs; kproxy retries, converges, and never deletes what it does not own.
+ * logs; kproxy retries and converges. At start it deletes every load balancer,
+ * as kube-proxy does; after that, and for endpoints always, it never deletes
+ * what it does not own.
  *
  * @module
  */
@@ -39,8 +41,10 @@ const NETWORK = "0b0b0b0b-0000-4000-8000-000000000001";
 const POD = "c0c0c0c0-0000-4000-8000-000000000105";
 const FOREIGN_LB = "0f0e0d0c-0000-4000-8000-000000000001";
 const FOREIGN_EP = "0f0e0d0c-0000-4000-8000-000000000002";
-/** A load balancer of kube-proxy (or anyone) on the frontend kproxy wants for web. */
+/** A load balancer of kube-proxy on the frontend kproxy wants for web: deleted at start. */
 const IN_THE_WAY = "0f0e0d0c-0000-4000-8000-000000000003";
+/** A load balancer someone creates on web's frontend once kproxy runs. */
+const LATER = "0f0e0d0c-0000-4000-8000-000000000004";
 /** A load balancer an earlier kproxy created that nothing wants now. */
 const STALE = "6b70726f-0001-0000-0000-00000000dead";
 const FAILURES = 'kproxy_sync_failures_total{mode="kernelspace"}';
@@ -150,7 +154,7 @@ async function withKproxy(
   } finally {
     await kproxy.stop();
     const calls = await state.calls().catch(() => []);
-    for (const id of [FOREIGN_LB, FOREIGN_EP, IN_THE_WAY, POD]) {
+    for (const id of [FOREIGN_EP, POD, LATER]) {
       ok(
         !calls.some((call) => call.startsWith("HcnDelete") && call.endsWith(id.toUpperCase())),
         `kproxy deleted ${id}, which it does not own`,
@@ -237,21 +241,30 @@ Deno.test({
         ok(line.includes("0x80004005"), line);
       });
 
-      await t.step("an object kproxy did not create in the way fails until removed", async () => {
-        await waitLog(run, "the conflict logged", /0x803B0013/);
-        new HcnView(await run.state.read()).assertKept([FOREIGN_LB, FOREIGN_EP, IN_THE_WAY, POD]);
+      await t.step("kube-proxy's load balancers are deleted at start, no endpoint", async () => {
+        await waitConverged(run);
+        const hcn = new HcnView(await run.state.read());
+        hcn.assertKept([FOREIGN_EP, POD]);
+        ok(!hcn.document.loadBalancers.some((lb) => lb.ID === FOREIGN_LB.toUpperCase()));
+        ok(!hcn.document.loadBalancers.some((lb) => lb.ID === IN_THE_WAY.toUpperCase()));
+      });
+
+      await t.step("a load balancer created later in the way fails until removed", async () => {
         await run.state.update((d) => {
-          d.loadBalancers = d.loadBalancers.filter((lb) => lb.ID !== IN_THE_WAY.toUpperCase());
+          const web = new HcnView(d).lb("10.96.0.10", 80);
+          d.loadBalancers = d.loadBalancers.filter((lb) => lb !== web);
+          d.loadBalancers.push(foreignLb(LATER, "10.96.0.10"));
+        });
+        await waitLog(run, "the conflict logged", /0x803B0013/);
+        new HcnView(await run.state.read()).assertKept([FOREIGN_EP, LATER, POD]);
+        await run.state.update((d) => {
+          d.loadBalancers = d.loadBalancers.filter((lb) => lb.ID !== LATER.toUpperCase());
         });
         await waitConverged(run);
         const hcn = new HcnView(await run.state.read());
-        hcn.assertKept([FOREIGN_LB, FOREIGN_EP, POD]);
+        hcn.assertKept([FOREIGN_EP, POD]);
         assertEquals(hcn.document.faults, []);
-        assertEquals(
-          hcn.document.loadBalancers.length,
-          4,
-          "the foreign one and kproxy's three, no duplicates",
-        );
+        assertEquals(hcn.document.loadBalancers.length, 3, "kproxy's three, no duplicates");
       });
     });
   },

@@ -39,9 +39,16 @@ async function check(scripts: { name: string; text: string }[]): Promise<Map<str
 }
 
 function allChanges(plan: (typeof SCENARIOS)[string]): HnsChanges {
+  // Overlay with every object kind: provider addresses, the host-MAC endpoints, health checks.
   const state = renderWindows(plan, {
     dsr: true,
     sourceVip: plan.family === "IPv4" ? "10.244.1.2" : "",
+    network: {
+      type: "Overlay",
+      remoteSubnets: [{ destinationPrefix: "10.244.2.0/24", providerAddress: "192.168.1.12" }],
+    },
+    nodeIP: plan.nodePortAddresses[0] ?? "",
+    healthCheck: { rootEndpointName: "cbr0", healthzPort: 10256 },
   });
   const changes = diffHns({ loadBalancers: new Set(), endpoints: new Set() }, state);
   return {
@@ -64,7 +71,10 @@ const HOSTILE = [
 ];
 
 function shipped(): { name: string; text: string }[] {
-  const scripts = [{ name: "list", text: renderListScript() }];
+  const scripts = [
+    { name: "list", text: renderListScript() },
+    { name: "list with a network", text: renderListScript("vxlan0") },
+  ];
   for (const [name, plan] of Object.entries(SCENARIOS)) {
     scripts.push({
       name: `sync ${name}`,

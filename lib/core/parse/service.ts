@@ -34,6 +34,9 @@ export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-nam
 
 /** The annotation selecting topology-aware routing (newer spelling). */
 export const TOPOLOGY_MODE_ANNOTATION = "service.kubernetes.io/topology-mode";
+/** Upstream's winkernel annotation that turns the routing mesh off for a Service's node port and
+ * load-balancer IPs. */
+export const PRESERVE_DESTINATION_ANNOTATION = "preserve-destination";
 
 /** The annotation selecting topology-aware hints (older spelling). */
 export const TOPOLOGY_HINTS_ANNOTATION = "service.kubernetes.io/topology-aware-hints";
@@ -138,6 +141,9 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
       trafficDistribution,
       topologyKeys: parseTopologyKeys(spec),
       topologyMode,
+      ...(annotations[PRESERVE_DESTINATION_ANNOTATION] === "true"
+        ? { preserveDestination: true as const }
+        : {}),
     };
     return service;
   });

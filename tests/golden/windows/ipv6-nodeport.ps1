@@ -1,20 +1,13 @@
 
 $KpNetworkName = 'cbr0'
-$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
-$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
-$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
-if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
-$KpNetworkId = [string]$KpNetworkIds[0]
-$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
-$KpRemoteSubnets = @()
-if ($KpNetwork.PSObject.Properties['Policies']) {
-  foreach ($policy in @($KpNetwork.Policies)) {
-    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
-  }
-}
+$KpNetwork = Find-KpNetwork $KpNetworkName
+if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
+$KpNamedIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.PSObject.Properties['Name'] -and -not $KpNamedIds.ContainsKey([string]$ep.Name)) { $KpNamedIds[[string]$ep.Name] = [string]$ep.ID }
   if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
   if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }

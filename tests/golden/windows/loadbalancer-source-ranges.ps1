@@ -1,27 +1,20 @@
 # unsupported: default/web:http/TCP: loadBalancerSourceRanges are not enforced by HNS load balancers
 
 $KpNetworkName = 'cbr0'
-$KpFilter = ConvertTo-Json -Compress -InputObject @{ Name = $KpNetworkName }
-$KpNetworkQuery = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $KpFilter }
-$KpNetworkIds = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($KpNetworkQuery)))
-if ($KpNetworkIds.Count -ne 1) { throw ('Cannot find HNS network ' + $KpNetworkName) }
-$KpNetworkId = [string]$KpNetworkIds[0]
-$KpNetwork = ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork($KpNetworkId, $KpQuery))
-$KpRemoteSubnets = @()
-if ($KpNetwork.PSObject.Properties['Policies']) {
-  foreach ($policy in @($KpNetwork.Policies)) {
-    if ($policy.Type -eq 'RemoteSubnetRoute') { $KpRemoteSubnets += $policy.Settings }
-  }
-}
+$KpNetwork = Find-KpNetwork $KpNetworkName
+if ($null -eq $KpNetwork) { throw ('Cannot find HNS network ' + $KpNetworkName) }
+$KpNetworkId = [string]$KpNetwork.ID
 $KpLocalIds = @{}
 $KpRemoteIds = @{}
+$KpNamedIds = @{}
 foreach ($ep in @(Get-KpEndpoints)) {
+  if ($ep.PSObject.Properties['Name'] -and -not $KpNamedIds.ContainsKey([string]$ep.Name)) { $KpNamedIds[[string]$ep.Name] = [string]$ep.ID }
   if ($ep.HostComputeNetwork -ne $KpNetworkId) { continue }
   if (($ep.Flags -band 1) -ne 0) { $KpRemoteIds[[string]$ep.ID] = $true; continue }
   foreach ($config in @($ep.IpConfigurations)) { $KpLocalIds[[string]$config.IpAddress] = [string]$ep.ID }
 }
 
-New-KpRemoteEndpoint -Id '6b70726f-0002-5740-5434-a00d3c59af13' -Ip '10.244.2.7' -Mac '02-11-0a-f4-02-07'
+New-KpRemoteEndpoint -Id '6b70726f-0002-5740-5434-a00d3c59af13' -Ip '10.244.2.7' -Mac '02-11-0a-f4-02-07' -ProviderAddress ''
 New-KpLoadBalancer -Id '6b70726f-0001-368e-5f79-bf5172a81ed3' -Vips @('10.96.0.10') -Protocol 6 -InternalPort 8080 -ExternalPort 80 -Flags 0 -PortFlags 0 -Distribution 0 -SourceVip '' -LocalIps @('10.244.1.5') -RemoteIds @('6b70726f-0002-5740-5434-a00d3c59af13')
 New-KpLoadBalancer -Id '6b70726f-0001-3a09-17fe-c3a07c5ea366' -Vips @() -Protocol 6 -InternalPort 8080 -ExternalPort 30080 -Flags 0 -PortFlags 18 -Distribution 0 -SourceVip '' -LocalIps @('10.244.1.5') -RemoteIds @('6b70726f-0002-5740-5434-a00d3c59af13')
 New-KpLoadBalancer -Id '6b70726f-0001-5965-1626-ec30b602cb2b' -Vips @('203.0.113.10') -Protocol 6 -InternalPort 8080 -ExternalPort 80 -Flags 0 -PortFlags 16 -Distribution 0 -SourceVip '' -LocalIps @('10.244.1.5') -RemoteIds @('6b70726f-0002-5740-5434-a00d3c59af13')

@@ -51,16 +51,24 @@ public static class Hcn {
     Check(HcnOpenLoadBalancer(ref g, out h, out e), e, "HcnOpenLoadBalancer");
     try { Check(HcnQueryLoadBalancerProperties(h, query, out p, out e), e, "HcnQueryLoadBalancerProperties"); return Take(p); } finally { HcnCloseLoadBalancer(h); }
   }
+  const string Query = "{\"SchemaVersion\":{\"Major\":2,\"Minor\":0},\"Flags\":0}";
+  static void Kept(string properties, string id, string what) {
+    if (new Guid(id) == Guid.Empty) return;
+    if (properties.IndexOf("\"" + id + "\"", StringComparison.OrdinalIgnoreCase) < 0) throw new Exception(what + ": HNS did not keep the id " + id + " kproxy asked for: " + properties);
+  }
   public static void CreateEndpoint(string networkId, string id, string settings) {
-    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e;
+    Guid n = new Guid(networkId); Guid g = new Guid(id); IntPtr net, h, e, p;
     Check(HcnOpenNetwork(ref n, out net, out e), e, "HcnOpenNetwork");
-    try { Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint"); HcnCloseEndpoint(h); } finally { HcnCloseNetwork(net); }
+    try {
+      Check(HcnCreateEndpoint(net, ref g, settings, out h, out e), e, "HcnCreateEndpoint");
+      try { Check(HcnQueryEndpointProperties(h, Query, out p, out e), e, "HcnQueryEndpointProperties"); Kept(Take(p), id, "HcnCreateEndpoint"); } finally { HcnCloseEndpoint(h); }
+    } finally { HcnCloseNetwork(net); }
   }
   public static void DeleteEndpoint(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteEndpoint(ref g, out e), e, "HcnDeleteEndpoint"); }
   public static void CreateLoadBalancer(string id, string settings) {
-    Guid g = new Guid(id); IntPtr h, e;
+    Guid g = new Guid(id); IntPtr h, e, p;
     Check(HcnCreateLoadBalancer(ref g, settings, out h, out e), e, "HcnCreateLoadBalancer");
-    HcnCloseLoadBalancer(h);
+    try { Check(HcnQueryLoadBalancerProperties(h, Query, out p, out e), e, "HcnQueryLoadBalancerProperties"); Kept(Take(p), id, "HcnCreateLoadBalancer"); } finally { HcnCloseLoadBalancer(h); }
   }
   public static void DeleteLoadBalancer(string id) { Guid g = new Guid(id); IntPtr e; Check(HcnDeleteLoadBalancer(ref g, out e), e, "HcnDeleteLoadBalancer"); }
 }
@@ -78,33 +86,40 @@ function Remove-KpLoadBalancer([string] $Id) {
 function Remove-KpEndpoint([string] $Id) {
   try { [KProxy.Hcn]::DeleteEndpoint($Id); $KpResult.deleted += $Id } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function Test-KpInPrefix([string] $Ip, [string] $Prefix) {
-  $parts = $Prefix.Split('/')
-  $a = [System.Net.IPAddress]::Parse($Ip).GetAddressBytes()
-  $b = [System.Net.IPAddress]::Parse($parts[0]).GetAddressBytes()
-  if ($a.Length -ne $b.Length) { return $false }
-  $bits = [int]$parts[1]
-  for ($i = 0; $i -lt $a.Length; $i++) {
-    $take = [Math]::Max(0, [Math]::Min(8, $bits - 8 * $i))
-    $mask = (0xFF -shl (8 - $take)) -band 0xFF
-    if (($a[$i] -band $mask) -ne ($b[$i] -band $mask)) { return $false }
+function Get-KpHostMac([string] $Ip) {
+  foreach ($nic in [System.Net.NetworkInformation.NetworkInterface]::GetAllNetworkInterfaces()) {
+    foreach ($unicast in $nic.GetIPProperties().UnicastAddresses) {
+      if ($unicast.Address.ToString() -ne $Ip) { continue }
+      $bytes = $nic.GetPhysicalAddress().GetAddressBytes()
+      if ($bytes.Length -eq 6) { return ((@($bytes) | ForEach-Object { $_.ToString('x2') }) -join '-') }
+    }
   }
-  return $true
+  return ''
 }
-function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac) {
-  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ('kproxy-remote-' + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = 1; Policies = @() }
-  if ($KpNetwork.Type -eq 'Overlay') {
-    $pa = @($KpRemoteSubnets | Where-Object { Test-KpInPrefix $Ip $_.DestinationPrefix } | Select-Object -First 1)
-    if ($pa.Count -eq 0) { $KpResult.errors += [ordered]@{ id = $Id; error = ('no provider address for ' + $Ip) }; return }
-    $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $pa[0].ProviderAddress } })
+function New-KpRemoteEndpoint([string] $Id, [string] $Ip, [string] $Mac, [string] $ProviderAddress, [string] $HostMacOf, [switch] $Local) {
+  if ($HostMacOf -ne '') {
+    $Mac = Get-KpHostMac $HostMacOf
+    if ($Mac -eq '') { $KpResult.errors += [ordered]@{ id = $Id; error = ('no network adapter with a MAC holds the node address ' + $HostMacOf) }; return }
   }
+  $name = 'kproxy-remote-'
+  $flags = 1
+  if ($Local) { $name = 'kproxy-source-vip-'; $flags = 0 } elseif ($HostMacOf -ne '') { $name = 'kproxy-service-vip-' }
+  $settings = [ordered]@{ SchemaVersion = @{ Major = 2; Minor = 0 }; Name = ($name + $Ip); IpConfigurations = @(@{ IpAddress = $Ip }); MacAddress = $Mac; Flags = $flags; Policies = @() }
+  if ($ProviderAddress -ne '') { $settings.Policies = @(@{ Type = 'ProviderAddress'; Settings = @{ ProviderAddress = $ProviderAddress } }) }
   try {
     [KProxy.Hcn]::CreateEndpoint($KpNetworkId, $Id, (ConvertTo-Json -Compress -Depth 6 -InputObject $settings))
     $KpResult.createdEndpoints += $Id
     $KpRemoteIds[$Id] = $true
   } catch { $KpResult.errors += [ordered]@{ id = $Id; error = $_.Exception.Message } }
 }
-function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [switch] $Replace) {
+function Find-KpNetwork([string] $Name) {
+  $filter = ConvertTo-Json -Compress -InputObject @{ Name = $Name }
+  $query = ConvertTo-Json -Compress -InputObject @{ SchemaVersion = @{ Major = 2; Minor = 0 }; Flags = 0; Filter = $filter }
+  $ids = @(ConvertFrom-KpList ([KProxy.Hcn]::EnumerateNetworks($query)))
+  if ($ids.Count -ne 1) { return $null }
+  return ConvertFrom-Json ([KProxy.Hcn]::QueryNetwork([string]$ids[0], $KpQuery))
+}
+function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [int] $InternalPort, [int] $ExternalPort, [int] $Flags, [int] $PortFlags, [int] $Distribution, [string] $SourceVip, [string[]] $LocalIps, [string[]] $RemoteIds, [string[]] $EndpointNames, [switch] $Replace) {
   $endpointIds = @()
   $missing = $false
   foreach ($remoteId in $RemoteIds) {
@@ -112,6 +127,9 @@ function New-KpLoadBalancer([string] $Id, [string[]] $Vips, [int] $Protocol, [in
   }
   foreach ($ip in $LocalIps) {
     if ($KpLocalIds.ContainsKey($ip)) { $endpointIds += $KpLocalIds[$ip] } else { $KpResult.missingLocal += $ip; $missing = $true }
+  }
+  foreach ($name in $EndpointNames) {
+    if ($KpNamedIds.ContainsKey($name)) { $endpointIds += $KpNamedIds[$name] } else { $KpResult.missingLocal += $name; $missing = $true }
   }
   if ($Replace) {
     if ($missing) { $KpResult.incomplete += $Id; return }

@@ -71,6 +71,8 @@ typedef struct {
   J *state;
   /* An exclusive flock on "<state>.lock" for the whole call, or -1. */
   int lock;
+  /* An "ignoreId" fault: this creation gets an id of the stand-in's, not the caller's. */
+  int ignore_id;
   HRESULT hr;
   char message[600];
 } Call;
@@ -230,6 +232,16 @@ static int load_state(Call *call) {
       return refuse(call, E_FAIL, "HCN stand-in: \"%s\" is not an array", COLLECTIONS[i]);
     }
   }
+  /* No HCN call creates a network here: a seeded one must be what HNS could hold. */
+  const J *networks = json_get(call->state, "networks");
+  for (size_t i = 0; i < networks->n; i++) {
+    char where[32], problem[512];
+    snprintf(where, sizeof where, "networks[%zu]", i);
+    if (schema_check(networks->items[i], NETWORK_SCHEMA, where, problem, sizeof problem) !=
+        SCHEMA_OK) {
+      return refuse(call, E_FAIL, "HCN stand-in: the state holds an invalid network: %s", problem);
+    }
+  }
   return 1;
 }
 
@@ -301,7 +313,10 @@ static int apply_fault(Call *call) {
       return save_state(call);
     }
     long long count = number_of(json_get(fault, "count"), 1);
-    J *action = json_get(fault, "action");
+    /* Read before the fault is spent: a last use frees it. */
+    const J *action = json_get(fault, "action");
+    int kill_caller = action && action->type == J_STR && strcmp(action->text, "kill") == 0;
+    int ignore_id = action && action->type == J_STR && strcmp(action->text, "ignoreId") == 0;
     HRESULT hr = (HRESULT)(uint32_t)number_of(json_get(fault, "hresult"), (uint32_t)E_FAIL);
     if (count > 0) {
       char text[32];
@@ -310,8 +325,10 @@ static int apply_fault(Call *call) {
       if (count == 1) json_free(json_take(faults, i));
       if (!save_state(call)) return 0;
     }
-    if (action && action->type == J_STR && strcmp(action->text, "kill") == 0) {
-      kill(getpid(), SIGKILL);
+    if (kill_caller) kill(getpid(), SIGKILL);
+    if (ignore_id) {
+      call->ignore_id = 1;
+      return 1;
     }
     return refuse(call, hr, "Injected failure of %s", call->function);
   }
@@ -714,7 +731,8 @@ static HRESULT create_object(ObjectKind kind, const char *function, void *networ
     } else if ((document = parse_document(&call, settings, kind == ENDPOINT ? ENDPOINT_SCHEMA
                                                                             : LOAD_BALANCER_SCHEMA,
                                           what)) != NULL) {
-      int ok = new_id(&call, guid, document, id) &&
+      static const GUID zero = {0, 0, 0, {0}};
+      int ok = new_id(&call, call.ignore_id ? &zero : guid, document, id) &&
                (kind == ENDPOINT ? check_endpoint(&call, document, network)
                                  : check_load_balancer(&call, document));
       if (ok && find_object(&call, kind, id) >= 0) {

@@ -23,11 +23,31 @@ static const Field IP_CONFIG[] = {
     {NULL},
 };
 
+/* Dns (hcnnetwork.go): every member omitempty, so hcsshim writes "Dns":{} when none is set. */
 static const Field DNS[] = {
-    {"Suffix", K_STRING, 0, NULL, 0, 0},
+    {"Domain", K_STRING, 0, NULL, 0, 0},
     {"Search", K_ARRAY, K_STRING, NULL, 0, 0},
     {"ServerList", K_ARRAY, K_IP, NULL, 0, 0},
     {"Options", K_ARRAY, K_STRING, NULL, 0, 0},
+    {NULL},
+};
+
+/* ExtraParams (hcn.go): Resources and SharedContainers are json.RawMessage. */
+static const Field EXTRA_PARAMS[] = {
+    {"Resources", K_ANY, 0, NULL, 0, 0},
+    {"SharedContainers", K_ANY, 0, NULL, 0, 0},
+    {"LayeredOn", K_STRING, 0, NULL, 0, 0},
+    {"SwitchGuid", K_STRING, 0, NULL, 0, 0},
+    {"UtilityVM", K_STRING, 0, NULL, 0, 0},
+    {"VirtualMachine", K_STRING, 0, NULL, 0, 0},
+    {NULL},
+};
+
+/* Health (hcn.go): Data is interface{}; Extra is a struct, so hcsshim always writes
+ * "Health":{"Extra":{}}. */
+static const Field HEALTH[] = {
+    {"Data", K_ANY, 0, NULL, 0, 0},
+    {"Extra", K_OBJECT, 0, EXTRA_PARAMS, 0, 0},
     {NULL},
 };
 
@@ -56,7 +76,66 @@ const Field ENDPOINT_SCHEMA[] = {
     {"Routes", K_ARRAY, K_OBJECT, ROUTE, 0, 0},
     {"MacAddress", K_MAC, 0, NULL, 0, 0},
     {"Flags", K_UINT, 0, NULL, U32, 0x7},
+    {"Health", K_OBJECT, 0, HEALTH, 0, 0},
     {"SchemaVersion", K_OBJECT, 0, VERSION, 0, 0},
+    {NULL},
+};
+
+static const Field NETWORK_POLICY[] = {
+    {"Type", K_STRING, 0, NULL, 0, 0},
+    {"Settings", K_ANY_OBJECT, 0, NULL, 0, 0},
+    {NULL},
+};
+
+static const Field MAC_RANGE[] = {
+    {"StartMacAddress", K_MAC, 0, NULL, 0, 0},
+    {"EndMacAddress", K_MAC, 0, NULL, 0, 0},
+    {NULL},
+};
+
+static const Field MAC_POOL[] = {
+    {"Ranges", K_ARRAY, K_OBJECT, MAC_RANGE, 0, 0},
+    {NULL},
+};
+
+/* SubnetFlags: EnableVlanIsolation 1. Policies are json.RawMessage. */
+static const Field SUBNET[] = {
+    {"IpAddressPrefix", K_PREFIX, 0, NULL, 0, 0},
+    {"Policies", K_ARRAY, K_ANY, NULL, 0, 0},
+    {"Routes", K_ARRAY, K_OBJECT, ROUTE, 0, 0},
+    {"Flags", K_UINT, 0, NULL, U32, 0x1},
+    {NULL},
+};
+
+static const Field IPAM[] = {
+    {"Type", K_STRING, 0, NULL, 0, 0},
+    {"Subnets", K_ARRAY, K_OBJECT, SUBNET, 0, 0},
+    {NULL},
+};
+
+/* HostComputeNetwork (hcnnetwork.go). NetworkFlags: EnableDns 1, EnableDhcp 2, EnableMirroring 4,
+ * EnableNonPersistent 8, IsolateVSwitch 16, EnableFlowSteering 32, DisableHostPort 1024,
+ * EnableIov 8192. MacPool, Dns, Health and SchemaVersion are structs: always written. */
+const Field NETWORK_SCHEMA[] = {
+    {"ID", K_GUID, 0, NULL, 0, 0},
+    {"Name", K_STRING, 0, NULL, 0, 0},
+    {"Type", K_STRING, 0, NULL, 0, 0},
+    {"Policies", K_ARRAY, K_OBJECT, NETWORK_POLICY, 0, 0},
+    {"MacPool", K_OBJECT, 0, MAC_POOL, 0, 0},
+    {"Dns", K_OBJECT, 0, DNS, 0, 0},
+    {"Ipams", K_ARRAY, K_OBJECT, IPAM, 0, 0},
+    {"Flags", K_UINT, 0, NULL, U32, 0x203F},
+    {"Health", K_OBJECT, 0, HEALTH, 0, 0},
+    {"SchemaVersion", K_OBJECT, 0, VERSION, 0, 0},
+    {NULL},
+};
+
+/* RemoteSubnetRoutePolicySetting: no omitempty, every member always written. */
+static const Field REMOTE_SUBNET_ROUTE_SCHEMA[] = {
+    {"DestinationPrefix", K_PREFIX, 0, NULL, 0, 0},
+    {"IsolationId", K_UINT, 0, NULL, U16, 0},
+    {"ProviderAddress", K_IP, 0, NULL, 0, 0},
+    {"DistributedRouterMacAddress", K_MAC, 0, NULL, 0, 0},
     {NULL},
 };
 
@@ -98,8 +177,15 @@ const Field PROVIDER_ADDRESS_SCHEMA[] = {
 
 /* Endpoint policy types hcsshim knows (EndpointPolicyType). */
 static const char *POLICY_TYPES[] = {
-    "PortMapping", "ACL", "QOS", "L2Driver", "OutBoundNAT", "SDNRoute", "L4Proxy",
-    "L4WFPPROXY", "PortName", "EncapOverhead", "ProviderAddress", "InterfaceConstraint", NULL,
+    "PortMapping", "ACL", "QOS", "L2Driver", "OutBoundNAT", "SDNRoute", "L4Proxy", "L4WFPPROXY",
+    "PortName", "EncapOverhead", "Iov", "ProviderAddress", "InterfaceConstraint", "TierAcl", NULL,
+};
+
+/* Network policy types hcsshim knows (NetworkPolicyType). */
+static const char *NETWORK_POLICY_TYPES[] = {
+    "SourceMacAddress", "NetAdapterName", "VSwitchExtension", "DrMacAddress", "AutomaticDNS",
+    "InterfaceConstraint", "ProviderAddress", "RemoteSubnetRoute", "VxlanPort", "HostRoute",
+    "SetPolicy", "L4Proxy", "LayerConstraint", "NetworkACL", NULL,
 };
 
 int guid_parse(const char *text, uint8_t out[16]) {
@@ -143,11 +229,13 @@ static int valid_prefix(const char *text) {
   return inet_pton(AF_INET6, ip, addr) == 1 && bits <= 128;
 }
 
+/* Six hex bytes separated by '-' (HNS's own form) or ':' (Go's net.HardwareAddr, which kube-proxy
+ * sends as the host's MAC), one separator throughout. */
 static int valid_mac(const char *text) {
-  if (strlen(text) != 17) return 0;
+  if (strlen(text) != 17 || (text[2] != '-' && text[2] != ':')) return 0;
   for (int i = 0; i < 17; i++) {
     int hex = strchr("0123456789abcdefABCDEF", text[i]) != NULL && text[i] != 0;
-    if (i % 3 == 2 ? text[i] != '-' : !hex) return 0;
+    if (i % 3 == 2 ? text[i] != text[2] : !hex) return 0;
   }
   return 1;
 }
@@ -163,6 +251,7 @@ static const char *kind_name(Kind kind) {
   case K_BOOL: return "a boolean";
   case K_OBJECT:
   case K_ANY_OBJECT: return "an object";
+  case K_ANY: return "a JSON value";
   case K_ARRAY: return "an array";
   }
   return "?";
@@ -188,17 +277,23 @@ static SchemaResult check_object(const J *value, const Field *fields, const char
     SchemaResult result = check_value(value->items[i], field->kind, field, path, error, size);
     if (result != SCHEMA_OK) return result;
   }
-  if (fields == POLICY) {
+  if (fields == POLICY || fields == NETWORK_POLICY) {
     const J *type = json_get(value, "Type");
     if (!type) return refuse(SCHEMA_INVALID_JSON, error, size, where, "Type is required");
     int known = 0;
-    for (const char **name = POLICY_TYPES; *name; name++) known |= strcmp(*name, type->text) == 0;
+    for (const char **name = fields == POLICY ? POLICY_TYPES : NETWORK_POLICY_TYPES; *name; name++) {
+      known |= strcmp(*name, type->text) == 0;
+    }
     if (!known) return refuse(SCHEMA_INVALID_POLICY_TYPE, error, size, where, "unknown policy Type");
     const J *settings = json_get(value, "Settings");
-    if (settings && strcmp(type->text, "ProviderAddress") == 0) {
+    const Field *schema = strcmp(type->text, "ProviderAddress") == 0 ? PROVIDER_ADDRESS_SCHEMA
+                          : fields == NETWORK_POLICY && strcmp(type->text, "RemoteSubnetRoute") == 0
+                              ? REMOTE_SUBNET_ROUTE_SCHEMA
+                              : NULL;
+    if (settings && schema) {
       char path[512];
       snprintf(path, sizeof path, "%s.Settings", where);
-      return check_object(settings, PROVIDER_ADDRESS_SCHEMA, path, error, size);
+      return check_object(settings, schema, path, error, size);
     }
   }
   return SCHEMA_OK;
@@ -251,6 +346,8 @@ static SchemaResult check_value(const J *value, Kind kind, const Field *field, c
     return SCHEMA_OK;
   case K_ANY_OBJECT:
     if (value->type != J_OBJ) return refuse(SCHEMA_INVALID_JSON, error, size, where, problem);
+    return SCHEMA_OK;
+  case K_ANY:
     return SCHEMA_OK;
   case K_OBJECT:
     if (value->type != J_OBJ) return refuse(SCHEMA_INVALID_JSON, error, size, where, problem);

@@ -1,7 +1,8 @@
 /*
- * The HCN v2 schema of the documents kproxy sends, as hcsshim's `hcn` package
- * declares them (HostComputeEndpoint, HostComputeLoadBalancer,
- * LoadBalancerPortMapping, HostComputeQuery, SchemaVersion), and a checker
+ * The HCN v2 schema as hcsshim's `hcn` package declares it (HostComputeEndpoint,
+ * HostComputeLoadBalancer, LoadBalancerPortMapping, HostComputeNetwork,
+ * HostComputeQuery, SchemaVersion, Dns, Health, the policy settings kproxy
+ * reads or writes): field names and types from the Go struct tags, and a checker
  * that refuses unknown fields, wrong types, null and out-of-range values.
  */
 #ifndef KPROXY_HCN_SCHEMA_H
@@ -24,6 +25,8 @@ typedef enum {
   /* An object whose members are checked elsewhere (policy settings). */
   K_ANY_OBJECT,
   K_ARRAY,
+  /* Any JSON value (Go's interface{} and json.RawMessage). */
+  K_ANY,
 } Kind;
 
 typedef struct Field {
@@ -42,6 +45,7 @@ typedef struct Field {
 extern const Field ENDPOINT_SCHEMA[];
 extern const Field LOAD_BALANCER_SCHEMA[];
 extern const Field QUERY_SCHEMA[];
+extern const Field NETWORK_SCHEMA[];
 extern const Field PROVIDER_ADDRESS_SCHEMA[];
 
 /* Reasons a document is refused, mapped to HCN error codes by the caller. */
