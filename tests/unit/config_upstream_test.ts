@@ -168,8 +168,6 @@ Deno.test("flags kube-proxy 1.36 has are accepted; ones it no longer has are ref
       "--log-json-info-buffer-size=0",
       "--vmodule=proxier=4",
       "--windows-service=false",
-      "--root-hnsendpoint-name=cbr0",
-      "--forward-healthcheck-vip=false",
       "--boot-id-file=/proc/sys/kernel/random/boot_id",
       "--machine-id-file=/etc/machine-id",
     ]
