@@ -83,13 +83,17 @@ restarts_on() { # N: how often the kproxy pod on node N restarted
     -o jsonpath='{.items[0].status.containerStatuses[0].restartCount}'
 }
 
-no_rules() { # N: the node holds no proxy rules (only the containment guard)
-  local tables
-  tables=$(in_node "$1" nft list tables | grep -v ' kpc_guard$' || true)
-  if [ -z "$tables" ]; then
+# A service proxy's rules: kproxy's and kube-proxy's nftables tables, and the iptables chains
+# either writes (kubelet's own KUBE-FIREWALL, KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT are not).
+PROXY_RULES='table (ip|ip6|inet) (kproxy|kube-proxy)|chain KUBE-(SERVICES|NODEPORTS|SVC-|SEP-|EXT-|FW-|POSTROUTING|MARK-MASQ|PROXY-)'
+
+no_rules() { # N: the node holds no proxy rules
+  local found
+  found=$(in_node "$1" nft list ruleset 2>/dev/null | grep -oE "$PROXY_RULES" | sort -u || true)
+  if [ -z "$found" ]; then
     record "no-rules $(node_name "$1")" pass
   else
-    record "no-rules $(node_name "$1")" FAIL "$(echo "$tables" | tr '\n' ' ')"
+    record "no-rules $(node_name "$1")" FAIL "$(echo "$found" | tr '\n' ' ')"
   fi
 }
 
