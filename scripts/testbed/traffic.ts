@@ -56,6 +56,8 @@ export class TrafficLoop {
   sent = 0;
   /** Failed requests with their target and time. */
   readonly failures: { target: string; reply: Reply; at: number }[] = [];
+  /** Rounds whose client could not run to the end (killed on a starved machine): no replies. */
+  clientErrors = 0;
   readonly #done: Promise<void>;
   #stopped = false;
 
@@ -77,10 +79,18 @@ export class TrafficLoop {
   async #loop(options: TrafficLoopOptions): Promise<void> {
     const { topology, targets } = options;
     while (!this.#stopped) {
-      const replies = await topology.requests(
-        topology.client,
-        targets.map(({ ip, port }) => ({ protocol: "TCP" as const, ip, port, timeoutMs: 1000 })),
-      );
+      let replies: Reply[];
+      try {
+        replies = await topology.requests(
+          topology.client,
+          targets.map(({ ip, port }) => ({ protocol: "TCP" as const, ip, port, timeoutMs: 1000 })),
+        );
+      } catch {
+        // The client itself failed, not a request through the rules; a loop that threw here
+        // would leave an unhandled rejection behind until stop().
+        this.clientErrors++;
+        replies = [];
+      }
       replies.forEach((reply, i) => {
         this.sent++;
         if (!reply.ok) {
