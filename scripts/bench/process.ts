@@ -169,6 +169,22 @@ export async function benchProcess(options: {
   };
 }
 
+/**
+ * The command line of a kproxy process as the bench runs it: `deno run
+ * --allow-all main.ts ARGS` with the V8 flags `deno task compile` bakes into
+ * the executable.
+ */
+export function kproxyCommand(args: readonly string[]): string[] {
+  return [
+    Deno.execPath(),
+    "run",
+    "--allow-all",
+    `--v8-flags=${V8_FLAGS.join(",")}`,
+    MAIN,
+    ...args,
+  ];
+}
+
 /** Options of {@linkcode spawnFakeApiserver}. */
 export interface FakeApiserverProcess {
   namespace: string;
@@ -239,14 +255,11 @@ async function processRun(options: {
           "netns",
           "exec",
           namespace,
-          Deno.execPath(),
-          "run",
-          "--allow-all",
-          `--v8-flags=${V8_FLAGS.join(",")}`,
-          MAIN,
-          ...kproxyArgs({ mode, kubeconfig }),
-          `--${mode}-sync-period=1h`,
-          "--v=2",
+          ...kproxyCommand([
+            ...kproxyArgs({ mode, kubeconfig }),
+            `--${mode}-sync-period=1h`,
+            "--v=2",
+          ]),
         ],
         cwd: ROOT,
         env: QUIET_ENV,
