@@ -75,6 +75,20 @@ export interface BesideResults {
   loadAverages: Record<string, number>;
   /** Versions of what ran. */
   versions: Record<string, string>;
+  /** Runs that failed (the proxy exited, the change never came…), with the error. */
+  failures?: string[];
+}
+
+/** Results with nothing measured yet, dated now. */
+export function emptyBeside(): BesideResults {
+  return {
+    date: new Date().toISOString(),
+    rows: [],
+    loads: [],
+    loadAverages: {},
+    versions: {},
+    failures: [],
+  };
 }
 
 /** Options of {@linkcode benchBeside}. */
@@ -362,21 +376,22 @@ function rowOf(
 
 /**
  * Starts a real apiserver in a fresh namespace, grows its cluster to each
- * size in turn and measures both proxies there, alternating them run by run.
- * A proxy that did not sync within the time-out is not run again at that
- * size or above in that mode. Skips (with the reason) when a binary is missing.
+ * size in turn and measures both proxies there, alternating them run by run,
+ * into `results` as it goes (what was measured stays when a later step
+ * fails). A proxy that did not sync within the time-out is not run again at
+ * that size or above in that mode. Skips (with the reason) when a binary is
+ * missing.
  */
-export async function benchBeside(options: BesideOptions): Promise<BesideResults> {
+export async function benchBeside(
+  options: BesideOptions,
+  results: BesideResults = emptyBeside(),
+): Promise<BesideResults> {
   const log = options.log ?? (() => undefined);
-  const results: BesideResults = {
-    date: new Date().toISOString(),
-    rows: [],
-    loads: [],
-    loadAverages: {},
-    versions: {},
-  };
   const skipped = await missingBinaries();
-  if (skipped !== undefined) return { ...results, skipped };
+  if (skipped !== undefined) {
+    results.skipped = skipped;
+    return results;
+  }
   results.versions = {
     "kube-proxy": await versionOf(REAL_BINARIES.kubeProxy),
     "kube-apiserver": await versionOf(REAL_BINARIES.apiserver),
@@ -411,6 +426,7 @@ export async function benchBeside(options: BesideOptions): Promise<BesideResults
             for (const proxy of ["kproxy", "kube-proxy"] as const) {
               if (gaveUp.has(`${proxy} ${mode}`)) continue;
               changes++;
+              const runLog = `${logDir}/${proxy}-${mode}-${services}-${run}.log`;
               const result = await proxyRun({
                 api,
                 namespace,
@@ -420,8 +436,16 @@ export async function benchBeside(options: BesideOptions): Promise<BesideResults
                 endpointsPerService: options.endpointsPerService,
                 timeoutMs,
                 ticks,
-                log: `${logDir}/${proxy}-${mode}-${services}-${run}.log`,
+                log: runLog,
+              }).catch((error: Error) => {
+                const failure = `${proxy} ${mode} ${services} run ${run + 1}: ${
+                  error.message.split("\n")[0]
+                } (${runLog})`;
+                results.failures = [...results.failures ?? [], failure];
+                log(`FAILED ${failure}`);
+                return undefined;
               });
+              if (result === undefined) continue;
               log(
                 `${proxy} ${mode} ${services} run ${run + 1}: first sync ${
                   result.firstSyncMs === undefined
@@ -472,5 +496,6 @@ export function mergeBeside(
     skipped: fresh.rows.length === 0 ? fresh.skipped ?? base.skipped : undefined,
     loadAverages: { ...base.loadAverages, ...fresh.loadAverages },
     versions: Object.keys(fresh.versions).length > 0 ? fresh.versions : base.versions,
+    failures: fresh.rows.length > 0 ? fresh.failures : base.failures,
   };
 }

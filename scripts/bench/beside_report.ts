@@ -207,5 +207,8 @@ export function besideSection(beside: BesideResults | undefined, machine: string
     loadTable(beside),
     "",
   );
+  if ((beside.failures ?? []).length > 0) {
+    parts.push("Runs that failed:", "", ...beside.failures!.map((failure) => `- ${failure}`), "");
+  }
   return parts;
 }

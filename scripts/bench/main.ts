@@ -31,7 +31,7 @@ import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
-import { benchBeside, mergeBeside } from "./beside.ts";
+import { benchBeside, emptyBeside, mergeBeside } from "./beside.ts";
 import { benchCounters } from "./counters.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
@@ -395,14 +395,15 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
   }
   if (has("beside")) {
     await section(results, "beside kube-proxy on a real kube-apiserver", async () => {
-      results.beside = await benchBeside({
+      results.beside = emptyBeside();
+      await benchBeside({
         sizes,
         modes: options.modes,
         runs: options.besideRuns,
         timeoutMs: options.besideTimeoutS * 1000,
         endpointsPerService: ENDPOINTS_PER_SERVICE,
         log,
-      });
+      }, results.beside);
       if (results.beside.skipped) log(`beside kube-proxy skipped: ${results.beside.skipped}`);
     });
   }

@@ -263,6 +263,11 @@ Deno.test("besideSection() states the date, machine and load, or why it was skip
   assert.match(text, /3.3 at 1k/);
   assert.match(text, /kube-proxy: Kubernetes v1.36.2/);
   assert.match(text, /no\s+IPVS/);
+  const failed = besideSection(
+    { ...beside([row({ proxy: "kproxy" })]), failures: ["kube-proxy nftables 1000 run 1: exited"] },
+    "m",
+  ).join("\n");
+  assert.match(failed, /Runs that failed:\n\n- kube-proxy nftables 1000 run 1: exited/);
   const skipped = besideSection({ ...beside([]), skipped: "missing /tmp/x: build it" }, "m")
     .join("\n");
   assert.match(skipped, /Skipped in the latest run: missing \/tmp\/x: build it/);
