@@ -17,7 +17,6 @@
  */
 
 import { kproxyCommand, memoryOf } from "./process.ts";
-import { kproxyArgs } from "./cluster.ts";
 import { median, withNamespace } from "./harness.ts";
 import {
   linkToHost,
@@ -99,6 +98,8 @@ export interface BesideOptions {
   runs?: number;
   /** How long a proxy gets for its first sync. @default {300_000} */
   timeoutMs?: number;
+  /** The proxies to run. @default {["kproxy", "kube-proxy"]} */
+  proxies?: readonly Proxy[];
   /** Requests in flight while loading. @default {32} */
   concurrency?: number;
   endpointsPerService: number;
@@ -146,16 +147,18 @@ export function changedAddress(n: number): string {
   return `10.250.${(n >> 8) & 255}.${n & 255}`;
 }
 
-/** The flags both proxies get. */
+/**
+ * The flags both proxies get. No sync periods: kube-proxy 1.36 has no
+ * `--nftables-*-sync-period` flags, so both keep their defaults (1 s minimum).
+ */
 export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
   return [
-    ...kproxyArgs({
-      mode,
-      kubeconfig,
-      healthz: "127.0.0.1:10256",
-      metrics: `${NODE_ADDRESS}:10249`,
-    }),
-    `--${mode}-sync-period=1h`,
+    `--proxy-mode=${mode}`,
+    `--kubeconfig=${kubeconfig}`,
+    "--hostname-override=node-a",
+    "--cluster-cidr=10.244.0.0/16",
+    "--healthz-bind-address=127.0.0.1:10256",
+    `--metrics-bind-address=${NODE_ADDRESS}:10249`,
     "--conntrack-max-per-core=0",
     "--conntrack-tcp-timeout-established=0",
     "--conntrack-tcp-timeout-close-wait=0",
@@ -220,7 +223,8 @@ function watchKernel(namespace: string, address: string): {
   stop: () => Promise<void>;
 } {
   const monitor = new Deno.Command("ip", {
-    args: ["netns", "exec", namespace, "nft", "monitor"],
+    // Line-buffered: to a pipe, nft's stdio would hold a short event back until 4 KiB pile up.
+    args: ["netns", "exec", namespace, "stdbuf", "-oL", "nft", "monitor"],
     stdin: "null",
     stdout: "piped",
     stderr: "null",
@@ -387,13 +391,15 @@ export async function benchBeside(
   results: BesideResults = emptyBeside(),
 ): Promise<BesideResults> {
   const log = options.log ?? (() => undefined);
-  const skipped = await missingBinaries();
+  const proxies = options.proxies ?? ["kproxy", "kube-proxy"];
+  const skipped = await missingBinaries({ kubeProxy: proxies.includes("kube-proxy") });
   if (skipped !== undefined) {
     results.skipped = skipped;
     return results;
   }
   results.versions = {
-    "kube-proxy": await versionOf(REAL_BINARIES.kubeProxy),
+    ...proxies.includes("kube-proxy") &&
+      { "kube-proxy": await versionOf(REAL_BINARIES.kubeProxy) },
     "kube-apiserver": await versionOf(REAL_BINARIES.apiserver),
     etcd: await versionOf(REAL_BINARIES.etcd),
   };
@@ -423,7 +429,7 @@ export async function benchBeside(
         for (const mode of options.modes) {
           const done: Record<Proxy, ProxyRun[]> = { kproxy: [], "kube-proxy": [] };
           for (let run = 0; run < runs; run++) {
-            for (const proxy of ["kproxy", "kube-proxy"] as const) {
+            for (const proxy of proxies) {
               if (gaveUp.has(`${proxy} ${mode}`)) continue;
               changes++;
               const runLog = `${logDir}/${proxy}-${mode}-${services}-${run}.log`;
@@ -461,7 +467,7 @@ export async function benchBeside(
               if (result.firstSyncMs === undefined) gaveUp.add(`${proxy} ${mode}`);
             }
           }
-          for (const proxy of ["kproxy", "kube-proxy"] as const) {
+          for (const proxy of proxies) {
             if (done[proxy].length === 0) continue;
             results.rows.push(
               rowOf({ proxy, mode, services, timeoutS: timeoutMs / 1000 }, done[proxy]),

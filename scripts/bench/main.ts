@@ -31,7 +31,7 @@ import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
-import { benchBeside, emptyBeside, mergeBeside } from "./beside.ts";
+import { benchBeside, emptyBeside, mergeBeside, type Proxy } from "./beside.ts";
 import { benchCounters } from "./counters.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
@@ -119,6 +119,8 @@ export interface BenchOptions {
   besideRuns: number;
   /** How long each proxy gets for its first sync beside kube-proxy, in seconds. */
   besideTimeoutS: number;
+  /** The proxies the beside section runs. */
+  besideProxies: Proxy[];
 }
 
 /** Parses the bench's flags. */
@@ -138,6 +140,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       runs: { type: "string", default: "1" },
       "beside-runs": { type: "string", default: "3" },
       "beside-timeout": { type: "string", default: "300" },
+      "beside-proxies": { type: "string", default: "kproxy,kube-proxy" },
     },
   });
   const objects = values.objects as ObjectShape;
@@ -196,6 +199,16 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     runs,
     besideRuns,
     besideTimeoutS,
+    besideProxies: values["beside-proxies"].split(",").map((proxy) => {
+      if (proxy !== "kproxy" && proxy !== "kube-proxy") {
+        throw new Error(
+          `Cannot parse --beside-proxies ${
+            values["beside-proxies"]
+          }: "${proxy}" is not kproxy or kube-proxy`,
+        );
+      }
+      return proxy;
+    }),
   };
 }
 
@@ -400,6 +413,7 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
         sizes,
         modes: options.modes,
         runs: options.besideRuns,
+        proxies: options.besideProxies,
         timeoutMs: options.besideTimeoutS * 1000,
         endpointsPerService: ENDPOINTS_PER_SERVICE,
         log,

@@ -37,9 +37,16 @@ const SECURE_PORT = 6443;
 export const SERVICE_CIDR = "10.96.0.0/16";
 
 /** Why the section cannot run here (a binary missing), or undefined. */
-export async function missingBinaries(): Promise<string | undefined> {
+export async function missingBinaries(
+  options: { kubeProxy: boolean } = { kubeProxy: true },
+): Promise<string | undefined> {
   const missing: string[] = [];
-  for (const path of Object.values(REAL_BINARIES)) {
+  const { kubeProxy, ...servers } = REAL_BINARIES;
+  for (
+    const path of options.kubeProxy
+      ? [...Object.values(servers), kubeProxy]
+      : Object.values(servers)
+  ) {
     const info = await Deno.stat(path).catch(() => undefined);
     if (!info?.isFile) missing.push(path);
   }
