@@ -216,6 +216,40 @@ interface ProxyRun {
   childCpuS?: number;
 }
 
+/**
+ * The listing polled for a new endpoint: the smallest one that names it.
+ * kproxy's nftables map of endpoints; kube-proxy's nftables chain names
+ * (`endpoint-…__ADDRESS/PORT`); the nat table in iptables mode.
+ */
+export function kernelListing(proxy: Proxy, mode: BesideMode): string[] {
+  if (mode === "iptables") return ["iptables-save", "-t", "nat"];
+  return proxy === "kproxy"
+    ? ["nft", "list", "map", "ip", "kproxy", "service-endpoints"]
+    : ["nft", "list", "chains", "ip", "kube-proxy"];
+}
+
+/** Polls `listing` in `namespace` until it names `address`; resolves the time it did. */
+async function pollKernel(
+  namespace: string,
+  listing: string[],
+  address: string,
+  stop: AbortSignal,
+): Promise<number | undefined> {
+  while (!stop.aborted) {
+    const out = await new Deno.Command("ip", {
+      args: ["netns", "exec", namespace, ...listing],
+      stdout: "piped",
+      stderr: "null",
+    }).output();
+    const at = performance.now();
+    if (new TextDecoder().decode(out.stdout).split("\n").some((l) => mentionsAddress(l, address))) {
+      return at;
+    }
+    await sleep(50);
+  }
+  return undefined;
+}
+
 /** Waits for a line of `nft monitor` in `namespace` naming `address`; resolves its time. */
 function watchKernel(namespace: string, address: string): {
   ready: Promise<void>;
@@ -304,6 +338,7 @@ async function proxyRun(options: {
     const memory = await memoryOf(child.pid);
     const address = changedAddress(options.change.n);
     const kernel = watchKernel(namespace, address);
+    const done = new AbortController();
     let changeMs: number | undefined;
     try {
       await kernel.ready;
@@ -313,9 +348,21 @@ async function proxyRun(options: {
         endpointsPerService: options.endpointsPerService,
         address,
       });
-      const seenAt = await Promise.race([kernel.seen, sleep(120_000).then(() => undefined)]);
+      // nft monitor misses kproxy's batches (they start by arming its load guard): poll as well.
+      const polled = pollKernel(
+        namespace,
+        kernelListing(options.proxy, mode),
+        address,
+        done.signal,
+      );
+      const seenAt = await Promise.race([
+        kernel.seen,
+        polled,
+        sleep(120_000).then(() => undefined),
+      ]);
       if (seenAt !== undefined) changeMs = seenAt - putAt;
     } finally {
+      done.abort();
       await kernel.stop();
     }
     return {

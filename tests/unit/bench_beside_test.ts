@@ -4,6 +4,7 @@ import {
   type BesideRow,
   changedAddress,
   cpuSeconds,
+  kernelListing,
   lastSyncTimestamp,
   mentionsAddress,
   mergeBeside,
@@ -82,6 +83,26 @@ Deno.test("mentionsAddress() matches the whole address only", () => {
   for (const [line, address, want] of cases) {
     assert.equal(mentionsAddress(line, address), want, line);
   }
+});
+
+Deno.test("kernelListing() polls the smallest listing that names a new endpoint", () => {
+  assert.deepEqual(kernelListing("kproxy", "nftables"), [
+    "nft",
+    "list",
+    "map",
+    "ip",
+    "kproxy",
+    "service-endpoints",
+  ]);
+  assert.deepEqual(kernelListing("kube-proxy", "nftables"), [
+    "nft",
+    "list",
+    "chains",
+    "ip",
+    "kube-proxy",
+  ]);
+  assert.deepEqual(kernelListing("kube-proxy", "iptables"), ["iptables-save", "-t", "nat"]);
+  assert.deepEqual(kernelListing("kproxy", "iptables"), ["iptables-save", "-t", "nat"]);
 });
 
 Deno.test("changedAddress() gives distinct addresses in 10.250.0.0/16", () => {
