@@ -228,65 +228,42 @@ export function kernelListing(proxy: Proxy, mode: BesideMode): string[] {
     : ["nft", "list", "chains", "ip", "kube-proxy"];
 }
 
-/** Polls `listing` in `namespace` until it names `address`; resolves the time it did. */
-async function pollKernel(
-  namespace: string,
-  listing: string[],
-  address: string,
-  stop: AbortSignal,
-): Promise<number | undefined> {
-  while (!stop.aborted) {
-    const out = await new Deno.Command("ip", {
-      args: ["netns", "exec", namespace, ...listing],
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    const at = performance.now();
-    if (new TextDecoder().decode(out.stdout).split("\n").some((l) => mentionsAddress(l, address))) {
-      return at;
+/** Whether `listing` in `namespace` names `address` now. */
+async function kernelNames(namespace: string, listing: string[], address: string) {
+  const out = await new Deno.Command("ip", {
+    args: ["netns", "exec", namespace, ...listing],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  return new TextDecoder().decode(out.stdout).split("\n").some((l) => mentionsAddress(l, address));
+}
+
+/**
+ * Milliseconds from `since` (wall clock) to the end of the first sync after
+ * it whose rules name `address`: the proxy's own sync timestamp, scraped
+ * every 50 ms, each new one checked against `listing` (untimed).
+ */
+async function changeSeen(options: {
+  namespace: string;
+  listing: string[];
+  address: string;
+  since: number;
+  timeoutMs: number;
+}): Promise<number | undefined> {
+  const deadline = performance.now() + options.timeoutMs;
+  let checked = options.since / 1000;
+  while (performance.now() < deadline) {
+    const metrics = await scrape();
+    const timestamp = metrics === undefined ? undefined : lastSyncTimestamp(metrics);
+    if (timestamp !== undefined && timestamp > checked) {
+      checked = timestamp;
+      if (await kernelNames(options.namespace, options.listing, options.address)) {
+        return timestamp * 1000 - options.since;
+      }
     }
     await sleep(50);
   }
   return undefined;
-}
-
-/** Waits for a line of `nft monitor` in `namespace` naming `address`; resolves its time. */
-function watchKernel(namespace: string, address: string): {
-  ready: Promise<void>;
-  seen: Promise<number>;
-  stop: () => Promise<void>;
-} {
-  const monitor = new Deno.Command("ip", {
-    // Line-buffered: to a pipe, nft's stdio would hold a short event back until 4 KiB pile up.
-    args: ["netns", "exec", namespace, "stdbuf", "-oL", "nft", "monitor"],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "null",
-  }).spawn();
-  const seen = (async () => {
-    let buffer = "";
-    for await (const chunk of monitor.stdout.pipeThrough(new TextDecoderStream())) {
-      buffer += chunk;
-      const lines = buffer.split("\n");
-      buffer = lines.pop() ?? "";
-      if (lines.some((line) => mentionsAddress(line, address))) return performance.now();
-    }
-    throw new Error(`nft monitor ended before ${address} was seen`);
-  })();
-  seen.catch(() => undefined);
-  return {
-    // nft monitor prints nothing when it is listening: give it time to subscribe.
-    ready: sleep(300).then(() => undefined),
-    seen,
-    stop: async () => {
-      try {
-        monitor.kill("SIGTERM");
-      } catch {
-        // Already exited.
-      }
-      await monitor.status;
-    },
-  };
 }
 
 async function proxyRun(options: {
@@ -337,34 +314,19 @@ async function proxyRun(options: {
     await sleep(3000);
     const memory = await memoryOf(child.pid);
     const address = changedAddress(options.change.n);
-    const kernel = watchKernel(namespace, address);
-    const done = new AbortController();
-    let changeMs: number | undefined;
-    try {
-      await kernel.ready;
-      const putAt = performance.now();
-      await putSlice(api, {
-        index: options.change.index,
-        endpointsPerService: options.endpointsPerService,
-        address,
-      });
-      // nft monitor misses kproxy's batches (they start by arming its load guard): poll as well.
-      const polled = pollKernel(
-        namespace,
-        kernelListing(options.proxy, mode),
-        address,
-        done.signal,
-      );
-      const seenAt = await Promise.race([
-        kernel.seen,
-        polled,
-        sleep(120_000).then(() => undefined),
-      ]);
-      if (seenAt !== undefined) changeMs = seenAt - putAt;
-    } finally {
-      done.abort();
-      await kernel.stop();
-    }
+    const putAt = Date.now();
+    await putSlice(api, {
+      index: options.change.index,
+      endpointsPerService: options.endpointsPerService,
+      address,
+    });
+    const changeMs = await changeSeen({
+      namespace,
+      listing: kernelListing(options.proxy, mode),
+      address,
+      since: putAt,
+      timeoutMs: 120_000,
+    });
     return {
       firstSyncMs: syncedAt - spawnedAt,
       changeMs,
