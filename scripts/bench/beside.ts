@@ -217,15 +217,16 @@ interface ProxyRun {
 }
 
 /**
- * The listing polled for a new endpoint: the smallest one that names it.
- * kproxy's nftables map of endpoints; kube-proxy's nftables chain names
- * (`endpoint-…__ADDRESS/PORT`); the nat table in iptables mode.
+ * A listing that names every endpoint: kproxy's nftables map of endpoints;
+ * kube-proxy's nftables table (1.36 writes the endpoints into each service
+ * chain's `numgen … map`, with endpoint chains only where it needs them);
+ * the nat table in iptables mode.
  */
 export function kernelListing(proxy: Proxy, mode: BesideMode): string[] {
   if (mode === "iptables") return ["iptables-save", "-t", "nat"];
   return proxy === "kproxy"
     ? ["nft", "list", "map", "ip", "kproxy", "service-endpoints"]
-    : ["nft", "list", "chains", "ip", "kube-proxy"];
+    : ["nft", "list", "table", "ip", "kube-proxy"];
 }
 
 /** Whether `listing` in `namespace` names `address` now. */

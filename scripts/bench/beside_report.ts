@@ -178,7 +178,7 @@ export function besideSection(beside: BesideResults | undefined, machine: string
     "address, until the end of the proxy's first sync after the PUT whose rules name it: its",
     "`kubeproxy_sync_proxy_rules_last_timestamp_seconds`, scraped every 50 ms, each new value",
     "checked (untimed) against a listing that names endpoints (`nft list map ip kproxy",
-    "service-endpoints`, `nft list chains ip kube-proxy`, `iptables-save -t nat`). Not `nft",
+    "service-endpoints`, `nft list table ip kube-proxy`, `iptables-save -t nat`). Not `nft",
     "monitor`: nft 1.0.6's monitor prints kube-proxy's changes but none of kproxy's batches,",
     "which begin by arming kproxy's load guard; nor a timed poll of the listing, which at 10k",
     "takes seconds and competes with the proxy for the CPU.",

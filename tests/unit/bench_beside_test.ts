@@ -85,7 +85,7 @@ Deno.test("mentionsAddress() matches the whole address only", () => {
   }
 });
 
-Deno.test("kernelListing() polls the smallest listing that names a new endpoint", () => {
+Deno.test("kernelListing() lists where each proxy writes its endpoints", () => {
   assert.deepEqual(kernelListing("kproxy", "nftables"), [
     "nft",
     "list",
@@ -97,7 +97,7 @@ Deno.test("kernelListing() polls the smallest listing that names a new endpoint"
   assert.deepEqual(kernelListing("kube-proxy", "nftables"), [
     "nft",
     "list",
-    "chains",
+    "table",
     "ip",
     "kube-proxy",
   ]);
