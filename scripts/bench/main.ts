@@ -13,6 +13,8 @@
  * deno task bench --only=manifests --manifests-before=/tmp/old-checkout  # kproxy plan on a dump, old vs new
  * deno task bench --only=startup --sizes=1000,10000,100000 --runs=3  # medians of 3 processes
  * deno task bench --only=change --objects=minimal  # the objects of runs before 2026-11-26
+ * deno task bench --only=beside --sizes=1000,10000 --modes=nftables --beside-runs=3
+ *                                                 # beside kube-proxy on a real kube-apiserver
  * ```
  *
  * @module
@@ -29,6 +31,7 @@ import { benchDatapath } from "./datapath.ts";
 import { benchTakeover } from "./takeover.ts";
 import { benchManifests, DUMP_FORMATS } from "./manifests.ts";
 import { benchConntrack } from "./conntrack.ts";
+import { benchBeside, emptyBeside, mergeBeside, type Proxy } from "./beside.ts";
 import { benchCounters } from "./counters.ts";
 import { PROFILE_NOTES } from "./findings.ts";
 import {
@@ -53,6 +56,7 @@ export const SECTIONS = [
   "manifests",
   "conntrack",
   "counters",
+  "beside",
 ] as const;
 /** One of {@linkcode SECTIONS}. */
 export type Section = typeof SECTIONS[number];
@@ -77,6 +81,7 @@ function remeasures(options: BenchOptions, name: string): boolean {
   if (name.startsWith("manifests")) return has("manifests");
   if (name.startsWith("conntrack reconcile")) return has("conntrack");
   if (name.startsWith("service counters")) return has("counters");
+  if (name.startsWith("beside kube-proxy")) return has("beside");
   return false;
 }
 
@@ -110,6 +115,12 @@ export interface BenchOptions {
   objects: ObjectShape;
   /** Fresh kproxy processes per size in the start-up and memory section (medians). */
   runs: number;
+  /** Runs of each proxy per mode and size beside kube-proxy (medians). */
+  besideRuns: number;
+  /** How long each proxy gets for its first sync beside kube-proxy, in seconds. */
+  besideTimeoutS: number;
+  /** The proxies the beside section runs. */
+  besideProxies: Proxy[];
 }
 
 /** Parses the bench's flags. */
@@ -127,6 +138,9 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
       "manifests-before": { type: "string" },
       objects: { type: "string", default: "realistic" },
       runs: { type: "string", default: "1" },
+      "beside-runs": { type: "string", default: "3" },
+      "beside-timeout": { type: "string", default: "300" },
+      "beside-proxies": { type: "string", default: "kproxy,kube-proxy" },
     },
   });
   const objects = values.objects as ObjectShape;
@@ -138,6 +152,16 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1) {
     throw new Error(`Cannot parse --runs ${values.runs}: want an integer ≥ 1`);
+  }
+  const besideRuns = Number(values["beside-runs"]);
+  if (!Number.isInteger(besideRuns) || besideRuns < 1) {
+    throw new Error(`Cannot parse --beside-runs ${values["beside-runs"]}: want an integer ≥ 1`);
+  }
+  const besideTimeoutS = Number(values["beside-timeout"]);
+  if (!Number.isFinite(besideTimeoutS) || besideTimeoutS <= 0) {
+    throw new Error(
+      `Cannot parse --beside-timeout ${values["beside-timeout"]}: want seconds > 0`,
+    );
   }
   const sizes = values.sizes
     ? values.sizes.split(",").map((s) => Number(s.trim()))
@@ -173,6 +197,18 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     manifestsBefore: values["manifests-before"],
     objects,
     runs,
+    besideRuns,
+    besideTimeoutS,
+    besideProxies: values["beside-proxies"].split(",").map((proxy) => {
+      if (proxy !== "kproxy" && proxy !== "kube-proxy") {
+        throw new Error(
+          `Cannot parse --beside-proxies ${
+            values["beside-proxies"]
+          }: "${proxy}" is not kproxy or kube-proxy`,
+        );
+      }
+      return proxy;
+    }),
   };
 }
 
@@ -370,6 +406,21 @@ export async function runBench(options: BenchOptions): Promise<BenchResults> {
       });
     });
   }
+  if (has("beside")) {
+    await section(results, "beside kube-proxy on a real kube-apiserver", async () => {
+      results.beside = emptyBeside();
+      await benchBeside({
+        sizes,
+        modes: options.modes,
+        runs: options.besideRuns,
+        proxies: options.besideProxies,
+        timeoutMs: options.besideTimeoutS * 1000,
+        endpointsPerService: ENDPOINTS_PER_SERVICE,
+        log,
+      }, results.beside);
+      if (results.beside.skipped) log(`beside kube-proxy skipped: ${results.beside.skipped}`);
+    });
+  }
   return results;
 }
 
@@ -447,6 +498,7 @@ export function merge(
   }
   if (has("conntrack")) merged.conntrack = fresh.conntrack;
   if (has("counters")) merged.counters = fresh.counters;
+  if (has("beside") && fresh.beside) merged.beside = mergeBeside(base.beside, fresh.beside);
   merged.errors = [
     ...base.errors.filter((error) => !remeasures(options, error.split(":")[0]!)),
     ...fresh.errors,

@@ -173,6 +173,26 @@ export async function benchProcess(options: {
   };
 }
 
+/**
+ * The command line of a kproxy process as the bench runs it: `deno run
+ * --allow-all main.ts ARGS` with the V8 flags `deno task compile` bakes into
+ * the executable.
+ */
+export function kproxyCommand(
+  args: readonly string[],
+  options: { main?: string; v8Flags?: readonly string[] } = {},
+): string[] {
+  const v8Flags = options.v8Flags ?? V8_FLAGS;
+  return [
+    Deno.execPath(),
+    "run",
+    "--allow-all",
+    ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
+    options.main ?? MAIN,
+    ...args,
+  ];
+}
+
 /** Options of {@linkcode spawnFakeApiserver}. */
 export interface FakeApiserverProcess {
   namespace: string;
@@ -245,16 +265,11 @@ async function processRun(options: {
           "netns",
           "exec",
           namespace,
-          Deno.execPath(),
-          "run",
-          "--allow-all",
-          ...(options.v8Flags ?? V8_FLAGS).length === 0
-            ? []
-            : [`--v8-flags=${(options.v8Flags ?? V8_FLAGS).join(",")}`],
-          options.main ?? MAIN,
-          ...kproxyArgs({ mode, kubeconfig }),
-          `--${mode}-sync-period=1h`,
-          "--v=2",
+          ...kproxyCommand([
+            ...kproxyArgs({ mode, kubeconfig }),
+            `--${mode}-sync-period=1h`,
+            "--v=2",
+          ], { main: options.main, v8Flags: options.v8Flags }),
         ],
         cwd: ROOT,
         env: QUIET_ENV,

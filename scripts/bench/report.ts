@@ -14,17 +14,9 @@ import type { DatapathRow } from "./datapath.ts";
 import type { TakeoverRow } from "./takeover.ts";
 import type { ManifestsRow } from "./manifests.ts";
 import type { ConntrackRow } from "./conntrack.ts";
-import {
-  KPROXY_ON_REAL_APISERVER,
-  KUBE_PROXY_CHANGE,
-  KUBE_PROXY_FULL_SYNC,
-  KUBE_PROXY_MEASURED,
-  KUBE_PROXY_PEAK_RSS,
-  KUBE_PROXY_STARTUP,
-  type KubeProxyFigure,
-  kubeProxyFigure,
-} from "./kube_proxy.ts";
 import type { CountersRow } from "./counters.ts";
+import type { BesideResults } from "./beside.ts";
+import { type BesideMeasure, besideSection, kubeProxyCell } from "./beside_report.ts";
 
 /** The machine a run was measured on. */
 export interface MachineInfo {
@@ -71,6 +63,8 @@ export interface BenchResults {
   conntrack?: ConntrackRow[];
   /** Service counters off vs on (absent from runs before they existed). */
   counters?: CountersRow[];
+  /** kproxy beside kube-proxy on a real kube-apiserver (absent before 2026-11-28). */
+  beside?: BesideResults;
   /** Sections that failed, with the error. */
   errors: string[];
   /** Notes from profiling, written by hand into the run (see main.ts). */
@@ -135,12 +129,21 @@ interface Target {
 
 const fmtMiB = (mib: number) => `${mib.toFixed(0)} MiB`;
 
-function fmtKubeProxy(figure: KubeProxyFigure | undefined): string {
-  if (figure === undefined) return "–";
-  if (figure.text !== undefined) return figure.text;
-  if (figure.mib !== undefined) return fmtMiB(figure.mib);
-  return figure.ms! >= 1000 ? fmtS(figure.ms!) : fmtMs(figure.ms!);
+/** kube-proxy's figure from the beside run of `results` ("–" when not measured). */
+function kubeProxy(
+  results: BenchResults,
+  mode: string,
+  services: number,
+  measure: BesideMeasure,
+): string {
+  return kubeProxyCell(results.beside, { mode, services, measure });
 }
+
+/**
+ * History, not re-measured: kproxy's peak RSS of 2026-11-24 on a real
+ * kube-apiserver (`/work/shared/facts.md`), issue 23's "before".
+ */
+const KPROXY_PEAK_MIB_2026_11_24: Readonly<Record<number, number>> = { 1000: 130, 10_000: 211 };
 
 /** " (minimal objects)" for rows measured on the minimal object shape. */
 function shapeNote(row: { shape?: string } | undefined): string {
@@ -161,10 +164,8 @@ function scaleTargets(results: BenchResults): Target[] {
       goal: goal >= 1024 ? "≤ 1 GiB" : `≤ ${goal} MiB`,
       measured: row ? `${fmtMiB(row.peakRssMiB)}${shapeNote(row)}` : "not run",
       met: row ? row.peakRssMiB <= goal : undefined,
-      kubeProxy: fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_PEAK_RSS, "nftables", size)),
-      before: ((before) => before ? fmtMiB(before.peakMiB) : "–")(
-        KPROXY_ON_REAL_APISERVER[`nftables ${size}`],
-      ),
+      kubeProxy: kubeProxy(results, "nftables", size, "peak"),
+      before: ((before) => before ? fmtMiB(before) : "–")(KPROXY_PEAK_MIB_2026_11_24[size]),
     });
   }
   const full100 = nft(100_000);
@@ -182,7 +183,7 @@ function scaleTargets(results: BenchResults): Target[] {
       ? full100.fullMs <= 30_000 &&
         (full10 === undefined || full100.fullMs / 100_000 <= 1.5 * (full10.fullMs / 10_000))
       : undefined,
-    kubeProxy: `10k: ${fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_FULL_SYNC, "nftables", 10_000))}`,
+    kubeProxy: `10k, start → first sync: ${kubeProxy(results, "nftables", 10_000, "firstSync")}`,
   });
   const change100 = results.change.find((r) => r.mode === "nftables" && r.services === 100_000);
   const change1 = results.change.find((r) => r.mode === "nftables" && r.services === 1000);
@@ -194,8 +195,8 @@ function scaleTargets(results: BenchResults): Target[] {
         shapeNote(change100)
       : "not run",
     met: change100 ? change100.wallMs <= 50 : undefined,
-    kubeProxy: `1k: ${fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_CHANGE, "nftables", 1000))}, ` +
-      `10k: ${fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_CHANGE, "nftables", 10_000))}`,
+    kubeProxy: `1k: ${kubeProxy(results, "nftables", 1000, "change")}, ` +
+      `10k: ${kubeProxy(results, "nftables", 10_000, "change")}`,
     before: "1k: 19 ms, 10k: 16 ms",
   });
   const p10 = proc(10_000);
@@ -204,7 +205,7 @@ function scaleTargets(results: BenchResults): Target[] {
     goal: "≤ 2 s",
     measured: p10 ? `${fmtS(p10.startupMs)}${shapeNote(p10)}` : "not run",
     met: p10 ? p10.startupMs <= 2000 : undefined,
-    kubeProxy: fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_STARTUP, "nftables", 10_000)),
+    kubeProxy: kubeProxy(results, "nftables", 10_000, "firstSync"),
     before: "2.6–4.5 s",
   });
   const storm = results.storm.find((r) => r.mode === "iptables");
@@ -347,7 +348,7 @@ function fullSyncSection(results: BenchResults): string {
         fmtK(size),
         kp ? `${fmtS(kp.fullMs)} (render ${fmtMs(kp.renderMs)})` : "–",
         aff ? fmtS(aff.fullMs) : "–",
-        fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_FULL_SYNC, "nftables", size)),
+        kubeProxy(results, "nftables", size, "firstSync"),
         up ? fmtS(up.fullMs) : size > 10_000 ? "not loaded (quadratic)" : "–",
         kp ? fmtMs(kp.partialMs) : "–",
         kp && Number.isFinite(kp.floorMs) ? fmtMs(kp.floorMs) : "–",
@@ -364,9 +365,7 @@ function fullSyncSection(results: BenchResults): string {
         fmtK(size),
         ipt ? `${fmtS(ipt.fullMs)} (render ${fmtMs(ipt.renderMs)})` : "–",
         "",
-        variant === "nft"
-          ? fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_FULL_SYNC, "iptables", size))
-          : "–",
+        variant === "nft" ? kubeProxy(results, "iptables", size, "firstSync") : "–",
         base
           ? `${base.stopped ? "> " : ""}${fmtS(base.fullMs)}${base.stopped ? " (stopped)" : ""}`
           : "–",
@@ -381,7 +380,7 @@ function fullSyncSection(results: BenchResults): string {
       "services × 10",
       "kproxy full sync",
       "kproxy, 10% affinity",
-      "kube-proxy 1.36, measured (its own log)",
+      "kube-proxy 1.36: start → first sync (beside, real apiserver)",
       "layout model: upstream-style ruleset, not kube-proxy",
       "kproxy one-change sync",
       "floor: smallest nft transaction",
@@ -400,7 +399,7 @@ function changeSection(results: BenchResults): string {
       "network_programming_duration",
       "sync duration",
       "rule load alone",
-      "kube-proxy 1.36, measured",
+      "kube-proxy 1.36 (beside, real apiserver)",
       "no incremental sync: kproxy's full resync at this size",
     ],
     results.change.map((r) => {
@@ -415,7 +414,7 @@ function changeSection(results: BenchResults): string {
         fmtMs(r.metricMs),
         fmtMs(r.syncMs),
         fmtMs(r.applyMs),
-        fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_CHANGE, r.mode, r.services)),
+        kubeProxy(results, r.mode, r.services, "change"),
         full ? fmtS(full.fullMs) : "–",
       ];
     }),
@@ -429,11 +428,11 @@ function processSection(results: BenchResults): string {
     r.shape ?? "minimal",
     String(r.runs ?? 1),
     r.listedMs !== undefined ? `${fmtS(r.listedMs)} / ${fmtS(r.startupMs)}` : fmtS(r.startupMs),
-    fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_STARTUP, r.mode, r.services)),
+    kubeProxy(results, r.mode, r.services, "firstSync"),
     r.peakAtListedMiB !== undefined
       ? `${fmtMiB(r.peakAtListedMiB)} / ${fmtMiB(r.peakRssMiB)}`
       : `– / ${fmtMiB(r.peakRssMiB)}`,
-    fmtKubeProxy(kubeProxyFigure(KUBE_PROXY_PEAK_RSS, r.mode, r.services)),
+    kubeProxy(results, r.mode, r.services, "peak"),
     fmtMiB(r.rssMiB),
     fmtMs(r.listFloorMs),
   ]);
@@ -458,9 +457,9 @@ function processSection(results: BenchResults): string {
       "objects",
       "runs",
       "process start → lists done / first sync",
-      "kube-proxy 1.36: start → first sync",
+      "kube-proxy 1.36: start → first sync (beside, real apiserver)",
       "peak RSS (VmHWM) at lists done / after first sync",
-      "kube-proxy 1.36: peak RSS",
+      "kube-proxy 1.36: peak RSS (beside, real apiserver)",
       "RSS after",
       "fake apiserver: one paged list",
     ],
@@ -701,9 +700,10 @@ export function renderMarkdown(results: BenchResults): string {
     "## Targets",
     "",
     'Issue 23 (scale to 100k services, less memory than kube-proxy at every size). "Before" is',
-    "kproxy of 2026-11-24 on a real kube-apiserver; kube-proxy's figures are " +
-    `${KUBE_PROXY_MEASURED} (not re-run by this bench). kproxy's figures are this run's, against`,
-    "the bench's fake apiserver serving realistic objects unless the row says otherwise.",
+    "kproxy of 2026-11-24 on a real kube-apiserver (history, not re-measured); kube-proxy's",
+    'figures are from "Beside kube-proxy on a real kube-apiserver" below (same bench, its own',
+    "date). kproxy's figures here are against the bench's fake apiserver serving realistic",
+    "objects unless the row says otherwise; the beside section has kproxy on the real one.",
     "",
     table(
       [
@@ -728,13 +728,17 @@ export function renderMarkdown(results: BenchResults): string {
     parts.push("");
   }
   parts.push(
+    ...besideSection(
+      results.beside,
+      `${m.cpus} CPUs (${m.cpuModel}), ${m.memoryGiB} GiB memory, kernel ${m.kernel}`,
+    ),
     "## Full sync",
     "",
     "The first sync of a fresh node: render the whole ruleset and load it with one `nft -f` or",
     "`iptables-restore`. Measured through the backends themselves (`scripts/bench/nftables.ts`,",
     "`scripts/bench/iptables.ts`); kproxy's nftables figures are the median of three fresh",
     "namespaces (single loads varied by ±25% on this machine). kube-proxy 1.36's column is its",
-    `own first-sync time, ${KUBE_PROXY_MEASURED}. The layout`,
+    "start → first sync from the beside section (a real apiserver: it includes listing). The layout",
     "models are **not kube-proxy**: the same services written in an upstream-style ruleset and",
     "loaded by the same tools, to show what a layout costs. For nftables it is an older layout",
     "(per service an anonymous `numgen … vmap` to per-endpoint chains), quadratic in services and",
@@ -761,7 +765,7 @@ export function renderMarkdown(results: BenchResults): string {
     "(`nft -f -` / `iptables-restore`) returns. `--<mode>-min-sync-period=0s` so the bounded-",
     "frequency runner adds no wait, and `--<mode>-sync-period=1h` so no periodic full resync",
     "lands in a sample. Median of several changes spread over the services. kube-proxy 1.36's",
-    `column: an EndpointSlice PUT until the endpoint is in the kernel, ${KUBE_PROXY_MEASURED}.`,
+    "column: an EndpointSlice PUT until the endpoint is in the kernel, from the beside section.",
     "The last column is what a proxy without incremental syncs would pay: kproxy's own full",
     "resync of the same ruleset.",
     "",
@@ -777,8 +781,11 @@ export function renderMarkdown(results: BenchResults): string {
     "after the first sync; with several runs, the medians. The floor is a Deno process that only",
     "loads kproxy's modules; the last column is how long the fake apiserver takes to serve one",
     "paged list of everything (part of any start-up against it). kube-proxy 1.36's columns are",
-    `${KUBE_PROXY_MEASURED}: its start-up ends at`,
+    "from the beside section (a real apiserver): its start-up ends at",
     "`kubeproxy_sync_proxy_rules_last_timestamp_seconds`, its peak RSS is its own process's.",
+    "The fake apiserver flatters kproxy (at 10k, 187 MiB here against 271 MiB on a real",
+    "kube-apiserver, 2026-11-27): up to 30k the beside section is the reference; the rows here",
+    "stay for what a real apiserver cannot do on this machine (100k) and as A/B across commits.",
     "",
     processSection(results),
     "",
@@ -919,10 +926,13 @@ function chartSeries(results: BenchResults): Series[] {
       points: pick(results.nftables.filter((r) => r.variant === "kproxy")),
     },
     {
-      label: "nftables, kube-proxy 1.36",
+      label: "nftables, kube-proxy 1.36 (start → first sync, real apiserver)",
       color: "#ff7f0e",
       dashed: false,
-      points: [[10_000, KUBE_PROXY_FULL_SYNC["nftables 10000"]!.ms! / 1000] as [number, number]],
+      points: (results.beside?.rows ?? [])
+        .filter((r) => r.proxy === "kube-proxy" && r.mode === "nftables" && r.firstSyncMs)
+        .map((r) => [r.services, r.firstSyncMs! / 1000] as [number, number])
+        .sort((a, b) => a[0] - b[0]),
     },
     {
       label: "nftables, layout model",

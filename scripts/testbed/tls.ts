@@ -57,17 +57,27 @@ export function makeCertificateAuthority(name: string): Promise<KeyPair> {
   });
 }
 
-/** A certificate for `ip` (subjectAltName IP), signed by `ca`, valid for a day. */
-export function issueCertificate(ca: KeyPair, ip = "127.0.0.1"): Promise<KeyPair> {
+/**
+ * A certificate for `ip` (subjectAltName IP; several when a list), signed by
+ * `ca`, valid for a day.
+ */
+export function issueCertificate(
+  ca: KeyPair,
+  ip: string | readonly string[] = "127.0.0.1",
+): Promise<KeyPair> {
+  const ips = typeof ip === "string" ? [ip] : ip;
   return inTempDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/ca.pem`, ca.cert);
     await Deno.writeTextFile(`${dir}/ca.key`, ca.key);
-    await Deno.writeTextFile(`${dir}/ext.cnf`, `subjectAltName=IP:${ip}\n`);
+    await Deno.writeTextFile(
+      `${dir}/ext.cnf`,
+      `subjectAltName=${ips.map((address) => `IP:${address}`).join(",")}\n`,
+    );
     await openssl(dir, [
       "req",
       ...EC_KEY,
       "-subj",
-      `/CN=${ip}`,
+      `/CN=${ips[0]}`,
       "-keyout",
       "server.key",
       "-out",

@@ -1,12 +1,37 @@
 import assert from "node:assert/strict";
 import { merge, parseBenchArgs } from "../../scripts/bench/main.ts";
 import { benchPlan, moveEndpoints } from "../../scripts/bench/plan.ts";
+import type { BesideResults } from "../../scripts/bench/beside.ts";
 import {
   type BenchResults,
   renderMarkdown,
   renderSvg,
   renderTable,
 } from "../../scripts/bench/report.ts";
+
+/** kube-proxy's rows of a beside run: first sync, change and peak RSS per nftables size. */
+function kubeProxyBeside(
+  figures: Record<number, { firstSyncMs: number; changeMs: number; peakMiB: number }>,
+): BesideResults {
+  return {
+    date: "2026-11-28T01:00:00.000Z",
+    rows: Object.entries(figures).map(([services, figure]) => ({
+      proxy: "kube-proxy",
+      mode: "nftables",
+      services: Number(services),
+      runs: 3,
+      timeoutS: 300,
+      firstSyncRunsMs: [figure.firstSyncMs],
+      changeRunsMs: [figure.changeMs],
+      peakRunsMiB: [figure.peakMiB],
+      rssMiB: figure.peakMiB,
+      ...figure,
+    })),
+    loads: [],
+    loadAverages: {},
+    versions: {},
+  };
+}
 
 function results(overrides: Partial<BenchResults> = {}): BenchResults {
   return {
@@ -109,7 +134,9 @@ function results(overrides: Partial<BenchResults> = {}): BenchResults {
 }
 
 Deno.test("renderMarkdown() shows each figure beside kube-proxy's, the layout model and the nft floor", () => {
-  const markdown = renderMarkdown(results());
+  const markdown = renderMarkdown(results({
+    beside: kubeProxyBeside({ 10000: { firstSyncMs: 9986, changeMs: 3700, peakMiB: 424 } }),
+  }));
   assert.match(markdown, /Date of the latest run: 2026-11-23T12:00:00.000Z/);
   assert.match(
     markdown,
@@ -300,6 +327,10 @@ Deno.test("renderMarkdown() checks issue 23's targets on realistic objects besid
       missing: 0,
       stale: 0,
     }],
+    beside: kubeProxyBeside({
+      1000: { firstSyncMs: 790, changeMs: 153, peakMiB: 105 },
+      10000: { firstSyncMs: 11_200, changeMs: 3700, peakMiB: 424 },
+    }),
   }));
   assert.match(
     markdown,
@@ -320,7 +351,7 @@ Deno.test("renderMarkdown() checks issue 23's targets on realistic objects besid
   assert.match(markdown, /110.00 s to converge, 3 syncs \(2 full\) \| – \| \*\*missed\*\* \|/);
   assert.match(
     markdown,
-    /\| nftables full sync, 100k × 10 \| ≤ 30 s, no step quadratic in services \| – \| not run \| 10k: 9.99 s \|/,
+    /\| nftables full sync, 100k × 10 \| ≤ 30 s, no step quadratic in services \| – \| not run \| 10k, start → first sync: 11.20 s \|/,
   );
 });
 

@@ -1,0 +1,221 @@
+/**
+ * The beside-kube-proxy section of `docs/BENCHMARKS.md`, and kube-proxy's
+ * measured figures for the other sections' columns. Pure functions of
+ * {@linkcode BesideResults}.
+ *
+ * @module
+ */
+
+import type { BesideMode, BesideResults, BesideRow, Proxy } from "./beside.ts";
+
+/** A figure both proxies have in a row. */
+export type BesideMeasure = "firstSync" | "change" | "peak" | "rss" | "cpu";
+
+const fmtK = (n: number) => n >= 1000 ? `${n / 1000}k` : String(n);
+
+/** Milliseconds as "153 ms" or "1.34 s". */
+export function fmtDuration(ms: number): string {
+  if (ms >= 1000) return `${(ms / 1000).toFixed(2)} s`;
+  return ms >= 100 ? `${ms.toFixed(0)} ms` : `${ms.toFixed(1)} ms`;
+}
+
+/** `kproxy / kube-proxy` as "0.42×", or "–" when either is missing. */
+export function ratio(kproxy: number | undefined, kubeProxy: number | undefined): string {
+  if (kproxy === undefined || kubeProxy === undefined || !(kubeProxy > 0)) return "–";
+  const value = kproxy / kubeProxy;
+  return `${value >= 10 ? value.toFixed(0) : value >= 1 ? value.toFixed(1) : value.toFixed(2)}×`;
+}
+
+function value(row: BesideRow | undefined, measure: BesideMeasure): number | undefined {
+  if (row === undefined) return undefined;
+  switch (measure) {
+    case "firstSync":
+      return row.firstSyncMs;
+    case "change":
+      return row.changeMs;
+    case "peak":
+      return row.peakMiB;
+    case "rss":
+      return row.firstSyncMs === undefined ? undefined : row.rssMiB;
+    case "cpu":
+      return row.cpuS === undefined ? undefined : row.cpuS + (row.childCpuS ?? 0);
+  }
+}
+
+function cell(row: BesideRow | undefined, measure: BesideMeasure): string {
+  if (row === undefined) return "not run";
+  if (row.firstSyncMs === undefined && measure !== "peak") {
+    return measure === "firstSync" ? `no sync within ${row.timeoutS} s` : "–";
+  }
+  const figure = value(row, measure);
+  if (figure === undefined) return measure === "change" ? "not seen within 120 s" : "–";
+  switch (measure) {
+    case "firstSync":
+    case "change":
+      return fmtDuration(figure);
+    case "peak":
+      return row.firstSyncMs === undefined
+        ? `${figure.toFixed(0)} MiB (at the time-out)`
+        : `${figure.toFixed(0)} MiB`;
+    case "rss":
+      return `${figure.toFixed(0)} MiB`;
+    case "cpu":
+      return `${figure.toFixed(2)} s (${row.cpuS!.toFixed(2)} + children ${
+        (row.childCpuS ?? 0).toFixed(2)
+      })`;
+  }
+}
+
+/** The row of `proxy` in `mode` at `services`, if measured. */
+export function besideRow(
+  beside: BesideResults | undefined,
+  key: { proxy: Proxy; mode: string; services: number },
+): BesideRow | undefined {
+  return beside?.rows.find((row) =>
+    row.proxy === key.proxy && row.mode === key.mode && row.services === key.services
+  );
+}
+
+/**
+ * kube-proxy's figure of `measure` in `mode` at `services` from the beside
+ * run, as a table cell ("–" when not measured).
+ */
+export function kubeProxyCell(
+  beside: BesideResults | undefined,
+  key: { mode: string; services: number; measure: BesideMeasure },
+): string {
+  const row = besideRow(beside, { proxy: "kube-proxy", ...key });
+  return row === undefined ? "–" : cell(row, key.measure);
+}
+
+const MEASURES: readonly [BesideMeasure, string][] = [
+  ["firstSync", "start → first sync"],
+  ["change", "one change → kernel"],
+  ["peak", "peak RSS (VmHWM)"],
+  ["rss", "steady RSS (VmRSS)"],
+  ["cpu", "CPU to first sync"],
+];
+
+function markdownTable(header: string[], rows: string[][]): string {
+  return [
+    `| ${header.join(" | ")} |`,
+    `| ${header.map(() => "---").join(" | ")} |`,
+    ...rows.map((row) => `| ${row.join(" | ")} |`),
+  ].join("\n");
+}
+
+/** The comparison table: one line per mode, size and measure, with the ratio. */
+export function besideTable(beside: BesideResults): string {
+  const rows: string[][] = [];
+  const keys = [...new Set(beside.rows.map((row) => `${row.mode} ${row.services}`))]
+    .map((key) => key.split(" ") as [BesideMode, string])
+    .sort((a, b) => Number(a[1]) - Number(b[1]) || a[0].localeCompare(b[0]));
+  for (const [mode, size] of keys) {
+    const services = Number(size);
+    const kproxy = besideRow(beside, { proxy: "kproxy", mode, services });
+    const kubeProxy = besideRow(beside, { proxy: "kube-proxy", mode, services });
+    const runs = [...new Set([kproxy?.runs, kubeProxy?.runs].filter((n) => n !== undefined))];
+    const cluster = `${fmtK(services)}, ${mode} (${runs.join("/")} run${
+      runs.length === 1 && runs[0] === 1 ? "" : "s"
+    })`;
+    for (const [measure, name] of MEASURES) {
+      rows.push([
+        cluster,
+        name,
+        cell(kproxy, measure),
+        cell(kubeProxy, measure),
+        ratio(value(kproxy, measure), value(kubeProxy, measure)),
+      ]);
+    }
+  }
+  return markdownTable(
+    ["cluster", "measure", "kproxy", "kube-proxy 1.36", "kproxy / kube-proxy"],
+    rows,
+  );
+}
+
+/** The load table: how long the real apiserver took to take the cluster. */
+export function loadTable(beside: BesideResults): string {
+  return markdownTable(
+    [
+      "services in the cluster",
+      "created (and as many EndpointSlices)",
+      "requests in flight",
+      "time",
+      "objects / s",
+    ],
+    [...beside.loads].sort((a, b) => a.services - b.services).map((load) => [
+      fmtK(load.services),
+      String(load.created),
+      String(load.concurrency),
+      fmtDuration(load.ms),
+      ((2 * load.created) / (load.ms / 1000)).toFixed(0),
+    ]),
+  );
+}
+
+/** The section's Markdown (heading included). */
+export function besideSection(beside: BesideResults | undefined, machine: string): string[] {
+  const parts = ["## Beside kube-proxy on a real kube-apiserver", ""];
+  parts.push(
+    "`deno task bench --only=beside` (`scripts/bench/beside.ts`, `scripts/bench/real_apiserver.ts`):",
+    "a real etcd and kube-apiserver (Kubernetes v1.36, built from source) in a bench namespace;",
+    "N selector-less ClusterIP Services (one TCP port) with one EndpointSlice of 10 endpoints",
+    "each are created through the API, as a client sends them (the bench's realistic objects;",
+    "the apiserver adds managedFields), once per size and used by both proxies. Then kproxy",
+    "(`deno run` as the other process benches run it) and kube-proxy run in turn in that",
+    "namespace, alternating run by run, the ruleset flushed before each start, with the same",
+    "flags (`--proxy-mode`, `--kubeconfig`, `--hostname-override`, `--cluster-cidr`,",
+    "`--conntrack-max-per-core=0` and the TCP conntrack timeouts 0, since conntrack sysctls are",
+    "read-only in a network namespace, `--metrics-bind-address`, `--healthz-bind-address`; no",
+    "sync periods: kube-proxy 1.36 has no nftables flags for them, so both keep their defaults).",
+    "Start → first sync runs from spawning",
+    "the process to its own `kubeproxy_sync_proxy_rules_last_timestamp_seconds` (IPv4), read from",
+    "its metrics port every 100 ms; the CPU seconds (utime + stime of the proxy, and of the",
+    "children it reaped: `nft`, `iptables-restore`) are read when the bench sees that metric.",
+    "Peak RSS (VmHWM) and steady RSS (VmRSS) are the proxy process's own, 3 s after the first",
+    "sync. One change: an EndpointSlice PUT that moves endpoint 0 of one Service to a new",
+    "address, until the end of the proxy's first sync after the PUT whose rules name it: its",
+    "`kubeproxy_sync_proxy_rules_last_timestamp_seconds`, scraped every 50 ms, each new value",
+    "checked (untimed) against a listing that names endpoints (`nft list map ip kproxy",
+    "service-endpoints`, `nft list table ip kube-proxy`, `iptables-save -t nat`). Not `nft",
+    "monitor`: nft 1.0.6's monitor prints kube-proxy's changes but none of kproxy's batches,",
+    "which begin by arming kproxy's load guard; nor a timed poll of the listing, which at 10k",
+    "takes seconds and competes with the proxy for the CPU.",
+    "Medians of the runs. ipvs is not measured: this kernel has no",
+    "IPVS. A proxy that does not sync within the time-out (`--beside-timeout`, seconds) is",
+    "reported as such and not run again at larger sizes.",
+    "",
+  );
+  if (beside === undefined) {
+    parts.push("Not measured yet.", "");
+    return parts;
+  }
+  if (beside.rows.length === 0) {
+    parts.push(`Skipped in the latest run: ${beside.skipped ?? "no rows"}.`, "");
+    return parts;
+  }
+  const loads = Object.entries(beside.loadAverages)
+    .sort((a, b) => Number(a[0]) - Number(b[0]))
+    .map(([size, load]) => `${load.toFixed(1)} at ${fmtK(Number(size))}`).join(", ");
+  const versions = Object.entries(beside.versions).map(([name, version]) =>
+    `${name}: ${version || "unknown"}`
+  ).join("; ");
+  parts.push(
+    `Measured ${beside.date ?? "(date not recorded)"} on ${machine}. Load average (1 min) as each`,
+    `size started: ${loads} — the machine is shared (other jobs ran), so figures taken under`,
+    "load are slower than on a quiet machine for both proxies alike. " + versions + ".",
+    "",
+    besideTable(beside),
+    "",
+    "Loading the cluster through the real apiserver (a Service POST, then its EndpointSlice",
+    "POST, so many at a time):",
+    "",
+    loadTable(beside),
+    "",
+  );
+  if ((beside.failures ?? []).length > 0) {
+    parts.push("Runs that failed:", "", ...beside.failures!.map((failure) => `- ${failure}`), "");
+  }
+  return parts;
+}
