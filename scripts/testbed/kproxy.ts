@@ -227,6 +227,9 @@ export async function startKproxy(options: StartOptions): Promise<RunningKproxy>
     "--nftables-min-sync-period=100ms",
     "--healthz-bind-address=127.0.0.1:0",
     "--metrics-bind-address=127.0.0.1:0",
+    // This kproxy runs in the test's namespace and programs the node's through the executor:
+    // "all local IPs" (the iptables and ipvs default) would be the test host's addresses.
+    "--nodeport-addresses=primary",
     ...(options.args ?? []),
   ], {
     source: options.source,
