@@ -85,7 +85,7 @@ Deno.test("DaemonSet resolves names with the node's resolver, not through a Serv
 });
 
 /** The kproxy Config the DaemonSet's command line and ConfigMap give, files read from the ConfigMap. */
-async function shippedConfig(docs: Doc[]) {
+function shippedConfig(docs: Doc[]) {
   const ds = byKind(docs, "DaemonSet");
   const pod = ds.spec.template.spec;
   const [container] = pod.containers;
@@ -113,7 +113,7 @@ async function shippedConfig(docs: Doc[]) {
 
 Deno.test("DaemonSet reaches the apiserver through its ConfigMap's kubeconfig, never a Service IP", async () => {
   const docs = await readManifests();
-  const { config, readTextFile } = await shippedConfig(docs);
+  const { config, readTextFile } = shippedConfig(docs);
   assert.match(config.kubeconfig, /kubeconfig\.conf$/);
   const kubeconfig = parseAllDocuments(readTextFile(config.kubeconfig))[0]!.toJS();
   const cluster = kubeconfig.clusters[0].cluster;
