@@ -62,6 +62,7 @@ routes() { # pod subnets of every node that is up, in both directions, and the h
     ip -n "$(node_name "$m")" route replace "$(pod_cidr "$N")" via "$IP"
   done
   ip route replace "$(pod_cidr "$N")" via "$IP" dev kpc-h # apiserver -> pods (proxy, webhooks)
+  ip -n "$FABRIC_NS" route replace "$(pod_cidr "$N")" via "$IP" # the DNS's answers to pods
 }
 
 cgroups() { # the kubelet's own cgroup root; a v1 cpuset child starts empty: give it the root's
@@ -198,6 +199,7 @@ down() {
   kc delete node "$NAME" --wait=false >/dev/null 2>&1 || true
   stop_node_processes
   ip route del "$(pod_cidr "$N")" 2>/dev/null || true
+  ip -n "$FABRIC_NS" route del "$(pod_cidr "$N")" 2>/dev/null || true
   local m
   for m in $(nodes_up); do
     [ "$m" = "$N" ] || ip -n "$(node_name "$m")" route del "$(pod_cidr "$N")" 2>/dev/null || true
