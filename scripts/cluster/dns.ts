@@ -8,7 +8,7 @@
  * - anything else: NXDOMAIN. There is no upstream resolver: nothing leaves the cluster.
  *
  * ```sh
- * deno run --unstable-net --allow-net=192.168.234.2:53,192.168.234.1:7443 --allow-read=PKI \
+ * deno run --unstable-net --allow-net --allow-read=PKI \
  *   scripts/cluster/dns.ts --listen 192.168.234.2 --apiserver https://192.168.234.1:7443 \
  *   --ca PKI/ca.crt --token-file PKI/token
  * ```
