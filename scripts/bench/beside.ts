@@ -29,6 +29,7 @@ import {
   type RealApiserver,
   spawnLogged,
   startRealApiserver,
+  stopProcess,
 } from "./real_apiserver.ts";
 
 /** The two proxies measured. */
@@ -337,20 +338,7 @@ async function proxyRun(options: {
       childCpuS: cpu?.children,
     };
   } finally {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // Already exited.
-    }
-    const timer = setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // Already exited.
-      }
-    }, 20_000);
-    await child.status;
-    clearTimeout(timer);
+    await stopProcess(child, 20_000);
   }
 }
 

@@ -111,7 +111,8 @@ export function spawnLogged(namespace: string, log: string, command: string[]): 
   }).spawn();
 }
 
-async function stop(child: Deno.ChildProcess): Promise<void> {
+/** Stops `child`: SIGTERM, then SIGKILL once `graceMs` have passed. */
+export async function stopProcess(child: Deno.ChildProcess, graceMs = 15_000): Promise<void> {
   try {
     child.kill("SIGTERM");
   } catch {
@@ -123,7 +124,7 @@ async function stop(child: Deno.ChildProcess): Promise<void> {
     } catch {
       // Already exited.
     }
-  }, 15_000);
+  }, graceMs);
   await child.status;
   clearTimeout(timer);
 }
@@ -217,8 +218,8 @@ export async function startRealApiserver(namespace: string): Promise<RealApiserv
     client,
     dir,
     stop: async () => {
-      await stop(apiserver);
-      await stop(etcd);
+      await stopProcess(apiserver);
+      await stopProcess(etcd);
       client.close();
       await Deno.remove(dir, { recursive: true }).catch(() => undefined);
     },
