@@ -63,15 +63,23 @@ export interface ServiceChainNames {
   firewall: string;
 }
 
+/** Names already computed, by plan object: the planner keeps an unchanged service port's object
+ * from one plan to the next, so a sync hashes only the ports that changed. */
+const CHAIN_NAMES = new WeakMap<ServicePortPlan, ServiceChainNames>();
+
 /** Computes the KUBE-SVC/SVL/EXT/FW chain names of a service port. */
 export function serviceChainNames(service: ServicePortPlan): ServiceChainNames {
+  const known = CHAIN_NAMES.get(service);
+  if (known !== undefined) return known;
   const base = hash16(servicePortName(service) + service.protocol.toLowerCase());
-  return {
+  const names: ServiceChainNames = {
     cluster: `KUBE-SVC-${base}`,
     local: `KUBE-SVL-${base}`,
     external: `KUBE-EXT-${base}`,
     firewall: `KUBE-FW-${base}`,
   };
+  CHAIN_NAMES.set(service, names);
+  return names;
 }
 
 /** Computes the KUBE-SEP chain name of one endpoint of a service port. */

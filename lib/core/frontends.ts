@@ -47,8 +47,13 @@ function declaredFrontends(service: ServicePortPlan): Frontend[] {
 
 /** The keys of the frontends a service port holds (its lists and node port). */
 export function heldFrontendKeys(service: ServicePortPlan): string[] {
-  const { shadowed: _lost, ...held } = service;
-  return declaredFrontends(held).map((frontend) => frontendKey(service, frontend));
+  const keys: string[] = [];
+  const suffix = ` ${service.protocol} ${service.port}`;
+  for (const address of service.clusterIPs) keys.push(address + suffix);
+  for (const address of service.externalIPs) keys.push(address + suffix);
+  for (const address of service.loadBalancerIPs) keys.push(address + suffix);
+  if (service.nodePort !== 0) keys.push(`* ${service.protocol} ${service.nodePort}`);
+  return keys;
 }
 
 function frontendKey(service: ServicePortPlan, frontend: Frontend): string {

@@ -25,6 +25,7 @@ host_packages() { # the tools the nodes and the test images use, from the host's
   done
   [ "${#need[@]}" -eq 0 ] && return 0
   log "installing ${need[*]} from apt"
+  apt-get update -qq # a fresh machine has no package lists
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${need[@]}"
 }
 

@@ -11,6 +11,7 @@ import {
   seriesNames,
   withGrafanaVariables,
 } from "../support/promql.ts";
+import { programRuns } from "../support/programs.ts";
 
 const DEPLOY = new URL("../../scripts/deploy/", import.meta.url).pathname;
 const RULES = join(DEPLOY, "prometheus-rules.yaml");
@@ -122,8 +123,7 @@ Deno.test("metricNames() finds the selected metrics, not functions, labels or va
   assert.deepEqual(metricNames("sum without (mode) (increase(d[1h])) > 1e3"), ["d"]);
 });
 
-const prometheus = await new Deno.Command("prometheus", { args: ["--version"], stdout: "null" })
-  .output().then((output) => output.success, () => false);
+const prometheus = await programRuns("prometheus");
 if (!prometheus) {
   console.warn("Prometheus test ignored: prometheus (Debian package) is not installed");
 }

@@ -5,6 +5,7 @@ import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
 import { SERVICE_ACCOUNT_DIR } from "../../lib/shell/source/kubeconfig.ts";
 import { testCertificates } from "../../scripts/testbed/tls.ts";
 import { kernelSkipReason, Topology } from "./netns.ts";
+import { programRuns } from "../support/programs.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
 const WEB = { ip: "10.96.0.10", port: 80 };
@@ -15,9 +16,7 @@ const WEB = { ip: "10.96.0.10", port: 80 };
  */
 async function ociRuntime(): Promise<string | undefined> {
   for (const runtime of ["runc", "crun"]) {
-    const found = await new Deno.Command(runtime, { args: ["--version"], stdout: "null" })
-      .output().then((output) => output.success, () => false);
-    if (found) return runtime;
+    if (await programRuns(runtime)) return runtime;
   }
   return undefined;
 }
@@ -46,18 +45,13 @@ async function output(program: string, args: string[]): Promise<string> {
 
 type Doc = Record<string, any>;
 
-const hasContainerd = await Promise.all(
-  ["containerd", "ctr"].map((program) =>
-    new Deno.Command(program, { args: ["--version"], stdout: "null" }).output()
-      .then((result) => result.success, () => false)
-  ),
-).then((found) => found.every(Boolean));
+const hasContainerd = (await Promise.all(["containerd", "ctr"].map((p) => programRuns(p))))
+  .every(Boolean);
 if (!hasContainerd) {
   console.warn("image test: ctr import step ignored: containerd is not installed");
 }
 
-const hasPodman = await new Deno.Command("podman", { args: ["--version"], stdout: "null" })
-  .output().then((result) => result.success, () => false);
+const hasPodman = await programRuns("podman");
 if (!hasPodman) console.warn("image test: podman load step ignored: podman is not installed");
 
 /** Loads the archive with `podman load` into a store under `dir`; returns `podman images` names. */

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { type NodeScenario, type Series, simulateNode } from "../support/simulated_node.ts";
+import { programRuns } from "../support/programs.ts";
 
 const RULES = new URL("../../scripts/deploy/prometheus-rules.yaml", import.meta.url).pathname;
 const CASES = new URL("./prometheus_rules_test.yaml", import.meta.url).pathname;
 
-const promtool = await new Deno.Command("promtool", { args: ["--version"], stdout: "null" })
-  .output().then((output) => output.success, () => false);
+const promtool = await programRuns("promtool");
 if (!promtool) {
   console.warn("promtool tests ignored: promtool (Debian package prometheus) is not installed");
 }
