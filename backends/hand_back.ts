@@ -9,9 +9,9 @@
 import { getLogger } from "@logtape/logtape";
 import type { Config } from "../lib/config/types.ts";
 import type { Executor } from "../lib/core/executor.ts";
-import { isMissingProgram, runChecked } from "../lib/shell/exec.ts";
+import { isMissingProgram } from "../lib/shell/exec.ts";
 import { splitSave } from "./iptables/save.ts";
-import { parseTableList } from "./nftables/render.ts";
+import { existingTables } from "./nftables/table_probe.ts";
 
 /** What the command says while it runs: shown at -v=0 (lib/shell/log.ts). */
 const logger = getLogger(["kproxy", "main"]);
@@ -51,10 +51,7 @@ export async function handBackToKubeProxy(
 ): Promise<HandBackOutcome> {
   const { executor } = options;
   const { createNftablesBackend } = await import("./nftables/applier.ts");
-  const tables = async () =>
-    parseTableList(
-      (await runChecked(executor, { program: "nft", args: ["list", "tables"] })).stdout,
-    );
+  const tables = () => existingTables(executor, ["ip", "ip6"], ["kproxy", "kube-proxy"]);
   const own = (await tables()).filter((entry) => /^ip6? kproxy$/.test(entry));
   if (own.length === 0) {
     logger.info("kproxy has no nftables tables here: nothing to hand back");

@@ -18,7 +18,8 @@ import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
-import { parseTableList, renderDeleteTable, renderFull } from "./render.ts";
+import { renderDeleteTable, renderFull } from "./render.ts";
+import { existingTables } from "./table_probe.ts";
 import {
   CANARY_SET,
   estimateElements,
@@ -299,11 +300,8 @@ class NftablesBackend implements Backend {
     );
   }
 
-  /** Which of `tables` exist, as `family table`, from `nft list tables`. */
-  async #existing(tables: readonly string[]): Promise<string[]> {
-    const listed = await runChecked(this.#executor, { program: "nft", args: ["list", "tables"] });
-    return parseTableList(listed.stdout).filter((entry) =>
-      tables.includes(entry.slice(entry.indexOf(" ") + 1)) && /^ip6? /.test(entry)
-    );
+  /** Which of `tables` exist, as `family table`, in either family. */
+  #existing(tables: readonly string[]): Promise<string[]> {
+    return existingTables(this.#executor, ["ip", "ip6"], tables);
   }
 }

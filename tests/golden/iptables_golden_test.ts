@@ -16,6 +16,7 @@ import { GOLDEN_CASES, PARTIAL_CASES } from "./iptables/fixtures.ts";
 import { nfacctRestoreInput, planNfacctNames } from "../../backends/iptables/counters.ts";
 import { spawnCommand } from "../../lib/shell/exec.ts";
 import { NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
+import { programRuns } from "../support/programs.ts";
 
 const GOLDEN_DIR = new URL("./iptables/", import.meta.url);
 const UPDATE = Deno.args.includes("--update");
@@ -68,6 +69,11 @@ Deno.test("renderFull()/renderPartialSync() match the golden files", async (t) =
   }
 });
 
+const HAS_NFACCT = await programRuns("nfacct", ["version"]);
+if (!HAS_NFACCT) {
+  console.warn("iptables golden restore check: the Service counter cases ignored: nfacct is not installed");
+}
+
 const SKIP = await netnsSkipReason(
   VARIANTS.flatMap((v) => [`iptables-${v}-restore`, `ip6tables-${v}-restore`] as const),
 );
@@ -79,16 +85,19 @@ Deno.test({
     const checker = await NetnsChecker.create("kp-ipt");
     try {
       // Rules name nfacct objects that must exist (the backend creates them first).
-      const counters = nfacctRestoreInput(planNfacctNames(GOLDEN_CASES.service_counters!));
-      const nfacct = await spawnCommand({
-        program: "ip",
-        args: ["netns", "exec", checker.name, "nfacct", "restore"],
-        stdin: counters,
-      });
-      assert.equal(nfacct.code, 0, nfacct.stderr);
+      if (HAS_NFACCT) {
+        const counters = nfacctRestoreInput(planNfacctNames(GOLDEN_CASES.service_counters!));
+        const nfacct = await spawnCommand({
+          program: "ip",
+          args: ["netns", "exec", checker.name, "nfacct", "restore"],
+          stdin: counters,
+        });
+        assert.equal(nfacct.code, 0, nfacct.stderr);
+      }
       for (const variant of VARIANTS) {
         for (const { name, family, setup, script } of RENDERED) {
-          await t.step(`${variant}: ${name}`, async () => {
+          const needsNfacct = /-m nfacct /.test(script);
+          await t.step({ name: `${variant}: ${name}`, ignore: needsNfacct && !HAS_NFACCT, fn: async () => {
             const restore = `${family === "IPv4" ? "iptables" : "ip6tables"}-${variant}-restore` as const;
             if (setup) {
               const loaded = await checker.apply(restore, setup);
@@ -96,7 +105,7 @@ Deno.test({
             }
             const tested = await checker.check(restore, script);
             assert.equal(tested.code, 0, `${restore} --test ${name}: ${tested.stderr}`);
-          });
+          } });
         }
       }
       for (const variant of VARIANTS) {

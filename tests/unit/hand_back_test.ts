@@ -14,10 +14,18 @@ import { withLogRecords } from "../support/logs.ts";
 function node(kubeProxyAfter: number): FakeExecutor {
   let looks = 0;
   return new FakeExecutor((command) => {
-    if (command.program === "nft" && command.args[0] === "list") {
-      looks++;
-      const kubeProxy = looks > kubeProxyAfter ? "table ip kube-proxy\n" : "";
-      return { code: 0, stdout: `table ip kproxy\ntable ip6 kproxy\n${kubeProxy}`, stderr: "" };
+    if (command.program === "nft" && command.args.includes("list")) {
+      // Each table asked for by name (`nft -t list table FAMILY NAME`), never every table.
+      assert.deepEqual(command.args.slice(0, 3), ["-t", "list", "table"]);
+      const table = command.args.slice(3).join(" ");
+      if (table === "ip kube-proxy") looks++;
+      const present = table === "ip kproxy" || table === "ip6 kproxy" ||
+        (table === "ip kube-proxy" && looks > kubeProxyAfter);
+      return present ? { code: 0, stdout: `table ${table} {\n}\n`, stderr: "" } : {
+        code: 1,
+        stdout: "",
+        stderr: `Error: No such file or directory\nlist table ${table}\n`,
+      };
     }
     if (command.program === "iptables-legacy-save") {
       throw new CommandError(

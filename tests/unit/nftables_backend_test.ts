@@ -272,39 +272,77 @@ function replacing(executor: FakeExecutor) {
   });
 }
 
-const LISTED =
-  "table ip kproxy\ntable ip kproxy-guard\ntable inet firewalld\ntable ip kube-proxy\ntable ip nat\n";
+/** The tables of a node, as `nft -t list table FAMILY NAME` finds them. */
+const PRESENT = new Set(["ip kproxy", "ip kproxy-guard", "ip kube-proxy"]);
+
+/** `nft -t list table F T`: found when in `present`, else nft's "No such file or directory". */
+function tableProbe(command: { args: readonly string[] }, present: ReadonlySet<string> = PRESENT) {
+  const [, , , family, table] = command.args;
+  return present.has(`${family} ${table}`)
+    ? { code: 0, stdout: `table ${family} ${table} {\n}\n`, stderr: "" }
+    : {
+      code: 1,
+      stdout: "",
+      stderr: `Error: No such file or directory\nlist table ${family} ${table}\n`,
+    };
+}
+
+const isProbe = (command: { args: readonly string[] }) => command.args[1] === "list";
 
 Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables that exist, in one transaction", async () => {
   const executor = new FakeExecutor((command) =>
-    command.args[0] === "list"
-      ? { code: 0, stdout: LISTED, stderr: "" }
-      : { code: 0, stdout: "", stderr: "" }
+    isProbe(command) ? tableProbe(command) : { code: 0, stdout: "", stderr: "" }
   );
   await replacing(executor).cleanup();
-  assert.deepEqual(executor.calls.map((c) => [c.args.join(" "), c.stdin]), [
-    ["list tables", undefined],
-    [
-      "-f -",
-      "add table ip kproxy\ndelete table ip kproxy\nadd table ip kproxy-guard\n" +
-      "delete table ip kproxy-guard\nadd table ip kube-proxy\ndelete table ip kube-proxy\n",
-    ],
+  const probes = executor.calls.filter(isProbe).map((c) => c.args.join(" "));
+  assert.deepEqual(probes.sort(), [
+    "-t list table ip kproxy",
+    "-t list table ip kproxy-guard",
+    "-t list table ip kube-proxy",
+    "-t list table ip6 kproxy",
+    "-t list table ip6 kproxy-guard",
+    "-t list table ip6 kube-proxy",
   ]);
-  const empty = new FakeExecutor();
+  assert.deepEqual(
+    executor.calls.filter((c) => !isProbe(c)).map((c) => [c.args.join(" "), c.stdin]),
+    [
+      [
+        "-f -",
+        "add table ip kproxy\ndelete table ip kproxy\nadd table ip kproxy-guard\n" +
+        "delete table ip kproxy-guard\nadd table ip kube-proxy\ndelete table ip kube-proxy\n",
+      ],
+    ],
+  );
+  const empty = new FakeExecutor((command) => tableProbe(command, new Set()));
   await replacing(empty).cleanup();
-  assert.deepEqual(empty.calls.map((c) => c.args.join(" ")), ["list tables"]);
+  assert.ok(empty.calls.every(isProbe), "nothing to delete");
   const failing = new FakeExecutor().reply({ code: 1, stderr: "Error: Operation not permitted" });
   await assert.rejects(replacing(failing).cleanup(), CommandError);
 });
 
-Deno.test("createNftablesBackend() deletes the replaced tables in the transaction of its first full write", async () => {
+Deno.test("createNftablesBackend() never lists every table of the node: iptables-nft's chains would be read too", async () => {
   const executor = new FakeExecutor((command) =>
-    command.args[0] === "list" ? { code: 0, stdout: LISTED, stderr: "" } : refusingProbe(command)
+    isProbe(command) ? tableProbe(command) : refusingProbe(command)
   );
   const nft = replacing(executor);
-  // The first full sync: the listing, the guard's set-up, the probe, then a failing load.
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  await nft.cleanup();
+  const listings = executor.calls.filter((c) => c.args.includes("list"));
+  assert.ok(listings.length > 0);
+  for (const call of listings) {
+    assert.deepEqual(call.args.slice(0, 3), ["-t", "list", "table"], call.args.join(" "));
+  }
+});
+
+Deno.test("createNftablesBackend() deletes the replaced tables in the transaction of its first full write", async () => {
+  const executor = new FakeExecutor((command) =>
+    isProbe(command) ? tableProbe(command) : refusingProbe(command)
+  );
+  const nft = replacing(executor);
+  // The first full sync: the table probes (ip, ip6), the guard's set-up, the probe, then a failing load.
   executor.reply(
-    { code: 0, stdout: LISTED },
+    { code: 0, stdout: "table ip kube-proxy {\n}\n" },
+    { code: 1, stderr: "Error: No such file or directory" },
     { code: 0 },
     { code: 1, stderr: "Error: Could not process rule: Operation not supported" },
     { code: 1, stderr: "Error: interrupted" },
