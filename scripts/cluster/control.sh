@@ -80,8 +80,8 @@ controllers_up() {
   running controller-manager || start_bg controller-manager "$A/bin/kube-controller-manager" \
     --kubeconfig="$K/kubeconfig" --authentication-kubeconfig="$K/kubeconfig" \
     --authorization-kubeconfig="$K/kubeconfig" --bind-address=127.0.0.1 --secure-port=10357 \
-    --leader-elect=false --allocate-node-cidrs=true --cluster-cidr="$CLUSTER_CIDR" \
-    --node-cidr-mask-size=24 --service-cluster-ip-range="$SVC_CIDR" --root-ca-file="$P/ca.crt" \
+    --leader-elect=false --allocate-node-cidrs=false --cluster-cidr="$CLUSTER_CIDR" \
+    --service-cluster-ip-range="$SVC_CIDR" --root-ca-file="$P/ca.crt" \
     --service-account-private-key-file="$P/sa.key" --use-service-account-credentials=false
   running scheduler || start_bg scheduler "$A/bin/kube-scheduler" --kubeconfig="$K/kubeconfig" \
     --authentication-kubeconfig="$K/kubeconfig" --authorization-kubeconfig="$K/kubeconfig" \

@@ -27,7 +27,7 @@ mkdir -p "$K" "$PIDS" "$LOGS"
 
 node_name() { echo "kpc-n$1"; }              # node N's name, network namespace and hostname
 node_ip() { echo "192.168.234.$((10 + $1))"; }
-pod_cidr() { echo "10.244.$(($1 - 1)).0/24"; } # what the controller-manager allocates in join order
+pod_cidr() { echo "10.244.$(($1 - 1)).0/24"; } # node.sh writes it into the Node (no allocator)
 pod_gw() { echo "10.244.$(($1 - 1)).1"; }
 node_run() { echo "/run/kpc-n$1"; }           # containerd's state and socket
 node_dir() { echo "$K/n$1"; }

@@ -164,15 +164,18 @@ EOF
     --kubeconfig="$K/kubeconfig" --root-dir="$D/kubelet" --cert-dir="$D/kubelet/pki" \
     --hostname-override="$NAME" --node-ip="$IP" --v="${KUBELET_V:-1}"
   wait_for 180 "node $NAME to register" kc get node "$NAME"
+  # The pod CIDR is written here, not by the controller-manager's allocator: that one can hand a
+  # node two CIDRs in a race, fail the second patch and skip the CIDR it released, so the next
+  # node gets another subnet than its CNI bridge serves (seen with 1.36: kpc-n2 got 10.244.2.0/24).
   local cidr
   cidr=$(kc get node "$NAME" -o jsonpath='{.spec.podCIDR}')
-  for _ in $(seq 1 30); do
-    [ -n "$cidr" ] && break
-    sleep 1
+  if [ -z "$cidr" ]; then
+    kc patch node "$NAME" --type=merge \
+      -p "{\"spec\":{\"podCIDR\":\"$(pod_cidr "$N")\",\"podCIDRs\":[\"$(pod_cidr "$N")\"]}}" >/dev/null
     cidr=$(kc get node "$NAME" -o jsonpath='{.spec.podCIDR}')
-  done
+  fi
   [ "$cidr" = "$(pod_cidr "$N")" ] ||
-    die "$NAME got pod CIDR '$cidr', its CNI bridge serves $(pod_cidr "$N"): bring nodes up in order 1, 2, 3"
+    die "$NAME has pod CIDR '$cidr', its CNI bridge serves $(pod_cidr "$N")"
 }
 
 stop_node_processes() {
