@@ -134,6 +134,66 @@ export function besideTable(beside: BesideResults): string {
   );
 }
 
+/** One of issue 34's targets: kproxy's figure at most `goal` × kube-proxy's. */
+interface BesideTarget {
+  mode: BesideMode;
+  services: number;
+  measure: BesideMeasure;
+  goal: number;
+}
+
+/** Issue 34's targets (a 2-core machine, medians of at least 3 runs). */
+export const BESIDE_TARGETS: readonly BesideTarget[] = [
+  { mode: "iptables", services: 1000, measure: "peak", goal: 0.9 },
+  { mode: "iptables", services: 10000, measure: "peak", goal: 0.6 },
+  { mode: "nftables", services: 1000, measure: "peak", goal: 0.85 },
+  { mode: "nftables", services: 1000, measure: "firstSync", goal: 0.7 },
+  { mode: "nftables", services: 10000, measure: "peak", goal: 0.5 },
+  { mode: "nftables", services: 10000, measure: "firstSync", goal: 0.3 },
+  { mode: "nftables", services: 1000, measure: "change", goal: 0.2 },
+  { mode: "nftables", services: 10000, measure: "change", goal: 0.2 },
+  { mode: "iptables", services: 1000, measure: "change", goal: 0.5 },
+  { mode: "iptables", services: 10000, measure: "change", goal: 0.5 },
+];
+
+const TARGET_NAMES: Record<BesideMeasure, string> = {
+  firstSync: "start → first sync",
+  change: "one change",
+  peak: "peak RSS",
+  rss: "steady RSS",
+  cpu: "CPU to first sync",
+};
+
+/**
+ * Each target of {@linkcode BESIDE_TARGETS} judged from the run: the ratio,
+ * met or missed, or why there is none (not measured, kube-proxy never synced).
+ */
+export function besideTargets(beside: BesideResults): string {
+  const rows = BESIDE_TARGETS.map((target) => {
+    const name = `${target.mode}, ${fmtK(target.services)}: ${TARGET_NAMES[target.measure]}`;
+    const key = { mode: target.mode, services: target.services };
+    const kproxy = besideRow(beside, { proxy: "kproxy", ...key });
+    const kubeProxy = besideRow(beside, { proxy: "kube-proxy", ...key });
+    const goal = `≤ ${target.goal}×`;
+    if (kproxy === undefined || kubeProxy === undefined) {
+      return [name, goal, "not measured", "–"];
+    }
+    const timedOut = kubeProxy.firstSyncMs === undefined;
+    if (timedOut && target.measure !== "peak") {
+      return [name, goal, `– (kube-proxy did not sync within ${kubeProxy.timeoutS} s)`, "–"];
+    }
+    const ours = value(kproxy, target.measure);
+    const theirs = timedOut ? kubeProxy.peakMiB : value(kubeProxy, target.measure);
+    if (ours === undefined || theirs === undefined || !(theirs > 0)) {
+      return [name, goal, "not measured", "–"];
+    }
+    const shown = (ours / theirs).toFixed(2) + "×" +
+      (timedOut ? " (kube-proxy's at its time-out)" : "");
+    return [name, goal, shown, ours / theirs <= target.goal ? "met" : "**missed**"];
+  });
+  return markdownTable(["target", "goal", "kproxy / kube-proxy", "verdict"], rows);
+}
+
 /** The load table: how long the real apiserver took to take the cluster. */
 export function loadTable(beside: BesideResults): string {
   return markdownTable(
@@ -207,6 +267,10 @@ export function besideSection(beside: BesideResults | undefined, machine: string
     "load are slower than on a quiet machine for both proxies alike. " + versions + ".",
     "",
     besideTable(beside),
+    "",
+    "Issue 34's targets, judged from this run:",
+    "",
+    besideTargets(beside),
     "",
     "Loading the cluster through the real apiserver (a Service POST, then its EndpointSlice",
     "POST, so many at a time):",

@@ -13,6 +13,7 @@ import {
 import {
   besideSection,
   besideTable,
+  besideTargets,
   kubeProxyCell,
   loadTable,
   ratio,
@@ -252,6 +253,49 @@ Deno.test("besideTable() puts both proxies and their ratio on one line per measu
   );
   // 1k before 10k.
   assert.ok(lines.findIndex((l) => l.includes("1k,")) < lines.findIndex((l) => l.includes("10k,")));
+});
+
+Deno.test("besideTargets() judges each of issue 34's targets from the run, saying what is missing", () => {
+  const table = besideTargets(beside([
+    row({ proxy: "kproxy", firstSyncMs: 600, changeMs: 20, peakMiB: 80, rssMiB: 80 }),
+    row({ proxy: "kube-proxy", firstSyncMs: 1200, changeMs: 160, peakMiB: 100, rssMiB: 100 }),
+    row({ proxy: "kproxy", mode: "iptables", firstSyncMs: 900, changeMs: 90, peakMiB: 95 }),
+    row({ proxy: "kube-proxy", mode: "iptables", firstSyncMs: 5000, changeMs: 150, peakMiB: 100 }),
+    row({
+      proxy: "kproxy",
+      mode: "iptables",
+      services: 10000,
+      runs: 1,
+      firstSyncMs: 10_600,
+      changeMs: 353,
+      peakMiB: 200,
+    }),
+    row({
+      proxy: "kube-proxy",
+      mode: "iptables",
+      services: 10000,
+      runs: 1,
+      firstSyncMs: undefined,
+      changeMs: undefined,
+      cpuS: undefined,
+      peakMiB: 400,
+    }),
+  ]));
+  const lines = table.split("\n");
+  assert.equal(lines[0], "| target | goal | kproxy / kube-proxy | verdict |");
+  const expected = [
+    "| iptables, 1k: peak RSS | ≤ 0.9× | 0.95× | **missed** |",
+    "| iptables, 10k: peak RSS | ≤ 0.6× | 0.50× (kube-proxy's at its time-out) | met |",
+    "| nftables, 1k: peak RSS | ≤ 0.85× | 0.80× | met |",
+    "| nftables, 1k: start → first sync | ≤ 0.7× | 0.50× | met |",
+    "| nftables, 10k: peak RSS | ≤ 0.5× | not measured | – |",
+    "| nftables, 10k: start → first sync | ≤ 0.3× | not measured | – |",
+    "| nftables, 1k: one change | ≤ 0.2× | 0.13× | met |",
+    "| nftables, 10k: one change | ≤ 0.2× | not measured | – |",
+    "| iptables, 1k: one change | ≤ 0.5× | 0.60× | **missed** |",
+    "| iptables, 10k: one change | ≤ 0.5× | – (kube-proxy did not sync within 300 s) | – |",
+  ];
+  for (const line of expected) assert.ok(lines.includes(line), `${line}\n${table}`);
 });
 
 Deno.test("loadTable() gives the time and rate of each load", () => {
