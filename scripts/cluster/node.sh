@@ -192,6 +192,8 @@ stop_node_processes() {
     done
   fi
   stop_bg "containerd$N"
+  # A shim outlives its containerd when the task was deleted while containerd was going away.
+  pkill -9 -f "containerd-shim-runc-v2 .*-address $RUN/containerd.sock" 2>/dev/null || true
   local mount
   for mount in $(awk '{print $5}' /proc/self/mountinfo | grep -E "^($D/kubelet|$RUN|$D/containerd)" | sort -r); do
     umount -l "$mount" 2>/dev/null || true
