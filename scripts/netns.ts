@@ -21,7 +21,7 @@
  */
 
 import type { Command, CommandResult, Executor } from "../lib/core/executor.ts";
-import { runChecked, spawnCommand } from "../lib/shell/exec.ts";
+import { CommandError, runChecked, spawnCommand } from "../lib/shell/exec.ts";
 
 /** Runs every command inside one network namespace through `ip netns exec`. */
 export class NetnsExecutor implements Executor {
@@ -39,14 +39,41 @@ export class NetnsExecutor implements Executor {
     return this.#namespace;
   }
 
-  /** Runs `command` inside the namespace; stdin and timeout pass through. */
+  /**
+   * Runs `command` inside the namespace; stdin and timeout pass through. A program the host
+   * lacks fails as it would on a node (a missing program), not as `ip netns exec`'s exit 1.
+   */
   run(command: Command): Promise<CommandResult> {
+    if (!onHostPath(command.program)) {
+      return Promise.reject(
+        new CommandError(
+          command,
+          undefined,
+          `Cannot run "${command.program}": program not found in PATH`,
+        ),
+      );
+    }
     return this.#inner.run({
       ...command,
       program: "ip",
       args: ["netns", "exec", this.#namespace, command.program, ...command.args],
     });
   }
+}
+
+/** Where programs live when the environment is hidden (`deno test --ignore-env`). */
+const STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** Whether `program` is a file in one of the host's PATH directories (read each time: a test
+ * may take a program away by changing PATH). */
+export function onHostPath(program: string): boolean {
+  return (Deno.env.get("PATH") ?? STANDARD_PATH).split(":").some((dir) => {
+    try {
+      return dir !== "" && Deno.statSync(`${dir}/${program}`).isFile;
+    } catch {
+      return false;
+    }
+  });
 }
 
 /** Runs any program on the host with `Deno.Command`; only for test and demo setup. */

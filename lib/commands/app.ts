@@ -340,20 +340,34 @@ function nodeSetupOf(
   return (config, executor) => setUpNode({ config, executor });
 }
 
-async function runProxy(config: Config, options: AppOptions): Promise<number> {
-  const executor = options.executor ??
-    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+/**
+ * The mode's backend, checked: when the program that counts Service traffic is missing, the
+ * config without Service counters and a backend made for it (a missing counter must not keep a
+ * node's Services from being served, nor `diff` from running).
+ */
+async function preflightBackend(
+  config: Config,
+  executor: Executor,
+  options: AppOptions,
+): Promise<{ config: Config; backend: Backend }> {
   let backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
   try {
     await backend.preflight?.();
   } catch (error) {
-    // A missing counting program must not keep a node's Services from being served.
     if (!(error instanceof CountersUnavailableError)) throw error;
     logger.warn("{reason}; running without Service counters", { reason: error.message });
     config = { ...config, serviceCounters: false };
     backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
     await backend.preflight?.();
   }
+  return { config, backend };
+}
+
+async function runProxy(config: Config, options: AppOptions): Promise<number> {
+  const executor = options.executor ??
+    new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
+  let backend: Backend;
+  ({ config, backend } = await preflightBackend(config, executor, options));
   await nodeSetupOf(config, options)?.(config, executor);
   const source = options.source ?? await createSource(config);
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
@@ -564,7 +578,8 @@ async function runDiff(config: Config, options: AppOptions): Promise<number> {
   const io = options.io ?? processIO;
   const executor = options.executor ??
     new DenoExecutor({ allowedPrograms: [...MODE_PROGRAMS[config.proxyMode], "ip"] });
-  const backend = options.backend ?? await createBackend(config.proxyMode, { executor, config });
+  let backend: Backend;
+  ({ config, backend } = await preflightBackend(config, executor, options));
   const plans = await planOnce(config, options.source);
   const groups = await kernelDiff({ backend, executor, plans: [plans.ipv4, plans.ipv6] });
   io.stdout(formatServiceDiffs(groups));

@@ -24,9 +24,14 @@ export class CommandError extends Error {
 
 /** True when `error` says a command could not start because its program is not installed. */
 export function isMissingProgram(error: unknown): boolean {
-  return error instanceof CommandError && error.result === undefined &&
-    error.message.endsWith(": program not found in PATH");
+  if (!(error instanceof CommandError)) return false;
+  if (error.result === undefined) return error.message.endsWith(": program not found in PATH");
+  return error.command.program === "ip" && error.command.args[0] === "netns" &&
+    NETNS_EXEC_MISSING.test(error.result.stderr);
 }
+
+/** How `ip netns exec` says it found no such program (iproute2's `cmd_exec`). */
+const NETNS_EXEC_MISSING = /^exec of "[^"]+" failed: No such file or directory$/m;
 
 /** Default time a program may run before it is killed. */
 const DEFAULT_TIMEOUT_MS = 60_000;

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   CommandError,
   DenoExecutor,
+  isMissingProgram,
   runChecked,
   STDIN_CHUNK,
   stdinWrites,
@@ -205,4 +206,38 @@ Deno.test("readSysctl() returns the trimmed value of sysctl -n", async () => {
   const fake = new FakeExecutor().reply({ stdout: "1\n" });
   assert.equal(await readSysctl(fake, "net.ipv4.ip_forward"), "1");
   assert.deepEqual(fake.calls[0]?.args, ["-n", "net.ipv4.ip_forward"]);
+});
+
+Deno.test("isMissingProgram() knows a program ip netns exec could not find, and nothing else", () => {
+  const netns = (program: string, stderr: string, code = 1) =>
+    new CommandError(
+      { program: "ip", args: ["netns", "exec", "kp-x", program, "list"] },
+      { code, stdout: "", stderr },
+      `Cannot run "ip netns exec kp-x ${program} list": exit status ${code}: ${stderr.trim()}`,
+    );
+  assert.equal(
+    isMissingProgram(netns("nfacct", 'exec of "nfacct" failed: No such file or directory\n')),
+    true,
+  );
+  assert.equal(isMissingProgram(netns("nfacct", "nfacct: Operation not permitted\n")), false);
+  assert.equal(
+    isMissingProgram(
+      new CommandError(
+        { program: "nfacct", args: ["list"] },
+        { code: 1, stdout: "", stderr: 'exec of "nfacct" failed: No such file or directory\n' },
+        "a program that prints those words itself",
+      ),
+    ),
+    false,
+  );
+  assert.equal(
+    isMissingProgram(
+      new CommandError(
+        { program: "nfacct", args: [] },
+        undefined,
+        'Cannot run "nfacct": program not found in PATH',
+      ),
+    ),
+    true,
+  );
 });
