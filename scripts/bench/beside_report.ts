@@ -261,10 +261,16 @@ export function besideSection(beside: BesideResults | undefined, machine: string
   const versions = Object.entries(beside.versions).map(([name, version]) =>
     `${name}: ${version || "unknown"}`
   ).join("; ");
+  // Two cores: a load average under 2 is the bench itself (the apiserver and one proxy).
+  const idle = Object.values(beside.loadAverages).every((load) => load < 2);
   parts.push(
     `Measured ${beside.date ?? "(date not recorded)"} on ${machine}. Load average (1 min) as each`,
-    `size started: ${loads} — the machine is shared (other jobs ran), so figures taken under`,
-    "load are slower than on a quiet machine for both proxies alike. " + versions + ".",
+    `size started: ${loads} — ` +
+      (idle
+        ? "the machine was otherwise idle. "
+        : "the machine was shared (other jobs ran), so figures taken under load are slower than " +
+          "on a quiet machine for both proxies alike. ") +
+      versions + ".",
     "",
     besideTable(beside),
     "",

@@ -329,6 +329,13 @@ Deno.test("besideSection() states the date, machine and load, or why it was skip
   assert.match(text, /3.3 at 1k/);
   assert.match(text, /kube-proxy: Kubernetes v1.36.2/);
   assert.match(text, /no\s+IPVS/);
+  assert.match(text, /the machine was shared/, "load 3.3 is another job's");
+  const idle = besideSection(
+    { ...beside([row({ proxy: "kproxy" })]), loadAverages: { "1000": 0.1, "10000": 1.2 } },
+    "m",
+  ).join("\n");
+  assert.match(idle, /the machine was otherwise idle/);
+  assert.doesNotMatch(idle, /shared/);
   const failed = besideSection(
     { ...beside([row({ proxy: "kproxy" })]), failures: ["kube-proxy nftables 1000 run 1: exited"] },
     "m",
