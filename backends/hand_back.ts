@@ -51,8 +51,7 @@ export async function handBackToKubeProxy(
 ): Promise<HandBackOutcome> {
   const { executor } = options;
   const { createNftablesBackend } = await import("./nftables/applier.ts");
-  const tables = () => existingTables(executor, ["ip", "ip6"], ["kproxy", "kube-proxy"]);
-  const own = (await tables()).filter((entry) => /^ip6? kproxy$/.test(entry));
+  const own = await existingTables(executor, ["ip", "ip6"], ["kproxy"]);
   if (own.length === 0) {
     logger.info("kproxy has no nftables tables here: nothing to hand back");
     return { outcome: "nothing to remove" };
@@ -67,7 +66,10 @@ export async function handBackToKubeProxy(
   const startedAt = performance.now();
   let lastProgressAt = startedAt;
   for (;;) {
-    const look = await lookForKubeProxy(executor, await tables());
+    const look = await lookForKubeProxy(
+      executor,
+      await existingTables(executor, ["ip"], ["kube-proxy"]),
+    );
     if (look.found) break;
     const now = performance.now();
     if (now - startedAt > timeoutMs) {
