@@ -48,17 +48,21 @@ function declaredFrontends(service: ServicePortPlan): Frontend[] {
 /** The keys of the frontends a service port holds (its lists and node port). */
 export function heldFrontendKeys(service: ServicePortPlan): string[] {
   const keys: string[] = [];
-  const suffix = ` ${service.protocol} ${service.port}`;
-  for (const address of service.clusterIPs) keys.push(address + suffix);
-  for (const address of service.externalIPs) keys.push(address + suffix);
-  for (const address of service.loadBalancerIPs) keys.push(address + suffix);
-  if (service.nodePort !== 0) keys.push(`* ${service.protocol} ${service.nodePort}`);
+  for (const addresses of [service.clusterIPs, service.externalIPs, service.loadBalancerIPs]) {
+    for (const address of addresses) keys.push(keyOf(address, service.protocol, service.port));
+  }
+  if (service.nodePort !== 0) keys.push(keyOf("*", service.protocol, service.nodePort));
   return keys;
 }
 
 function frontendKey(service: ServicePortPlan, frontend: Frontend): string {
   const address = frontend.kind === "nodePort" ? "*" : frontend.address;
-  return `${address} ${service.protocol} ${frontend.port}`;
+  return keyOf(address, service.protocol, frontend.port);
+}
+
+/** One frontend's key: its address (`*` for a node port), protocol and port. */
+function keyOf(address: string, protocol: string, port: number): string {
+  return `${address} ${protocol} ${port}`;
 }
 
 /**
