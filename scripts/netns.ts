@@ -21,7 +21,7 @@
  */
 
 import type { Command, CommandResult, Executor } from "../lib/core/executor.ts";
-import { CommandError, runChecked, spawnCommand } from "../lib/shell/exec.ts";
+import { missingProgramError, runChecked, spawnCommand } from "../lib/shell/exec.ts";
 
 /** Runs every command inside one network namespace through `ip netns exec`. */
 export class NetnsExecutor implements Executor {
@@ -44,15 +44,7 @@ export class NetnsExecutor implements Executor {
    * lacks fails as it would on a node (a missing program), not as `ip netns exec`'s exit 1.
    */
   run(command: Command): Promise<CommandResult> {
-    if (!onHostPath(command.program)) {
-      return Promise.reject(
-        new CommandError(
-          command,
-          undefined,
-          `Cannot run "${command.program}": program not found in PATH`,
-        ),
-      );
-    }
+    if (!onHostPath(command.program)) return Promise.reject(missingProgramError(command));
     return this.#inner.run({
       ...command,
       program: "ip",
@@ -67,13 +59,18 @@ const STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 /** Whether `program` is a file in one of the host's PATH directories (read each time: a test
  * may take a program away by changing PATH). */
 export function onHostPath(program: string): boolean {
-  return (Deno.env.get("PATH") ?? STANDARD_PATH).split(":").some((dir) => {
-    try {
-      return dir !== "" && Deno.statSync(`${dir}/${program}`).isFile;
-    } catch {
-      return false;
-    }
-  });
+  if (program.includes("/")) return isFile(program);
+  return (Deno.env.get("PATH") ?? STANDARD_PATH).split(":").some((dir) =>
+    dir !== "" && isFile(`${dir}/${program}`)
+  );
+}
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
 }
 
 /** Runs any program on the host with `Deno.Command`; only for test and demo setup. */

@@ -25,10 +25,17 @@ export class CommandError extends Error {
 /** True when `error` says a command could not start because its program is not installed. */
 export function isMissingProgram(error: unknown): boolean {
   if (!(error instanceof CommandError)) return false;
-  if (error.result === undefined) return error.message.endsWith(": program not found in PATH");
+  if (error.result === undefined) return error.message.endsWith(`: ${NOT_FOUND}`);
   return error.command.program === "ip" && error.command.args[0] === "netns" &&
     NETNS_EXEC_MISSING.test(error.result.stderr);
 }
+
+/** The error of a command whose program is not installed, as {@linkcode isMissingProgram} knows it. */
+export function missingProgramError(command: Command): CommandError {
+  return new CommandError(command, undefined, `Cannot run "${command.program}": ${NOT_FOUND}`);
+}
+
+const NOT_FOUND = "program not found in PATH";
 
 /** How `ip netns exec` says it found no such program (iproute2's `cmd_exec`). */
 const NETNS_EXEC_MISSING = /^exec of "[^"]+" failed: No such file or directory$/m;
@@ -119,11 +126,8 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
       stderr: "piped",
     }).spawn();
   } catch (error) {
-    const reason = error instanceof Deno.errors.NotFound
-      ? "program not found in PATH"
-      : error instanceof Error
-      ? error.message
-      : String(error);
+    if (error instanceof Deno.errors.NotFound) throw missingProgramError(command);
+    const reason = error instanceof Error ? error.message : String(error);
     throw new CommandError(command, undefined, `Cannot run "${command.program}": ${reason}`);
   }
   let timedOut = false;

@@ -9,7 +9,7 @@
 import type { Backend } from "../../lib/core/backend.ts";
 import { main, type RunningApp } from "../../lib/commands/app.ts";
 import { ANY_ARGUMENTS, KPROXY_COMMAND_POLICY } from "../../lib/shell/command_policy.ts";
-import { CommandError, DenoExecutor } from "../../lib/shell/exec.ts";
+import { DenoExecutor, missingProgramError } from "../../lib/shell/exec.ts";
 import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
 import { setupLogging } from "../../lib/shell/log.ts";
 import type { Source, SourceEvent, SourceListener } from "../../lib/core/source.ts";
@@ -172,13 +172,7 @@ export class FaultyExecutor implements Executor {
       if (fault === "missing") return this.#real.run({ ...timed, program: MISSING_PROGRAM });
     }
     // A program the host lacks fails as it would on a node, not as `ip netns exec`'s exit 1.
-    if (!onHostPath(command.program)) {
-      throw new CommandError(
-        command,
-        undefined,
-        `Cannot run "${command.program}": program not found in PATH`,
-      );
-    }
+    if (!onHostPath(command.program)) throw missingProgramError(command);
     return this.#real.run({
       ...timed,
       program: "ip",
