@@ -27,6 +27,13 @@ const CLEANED_TABLES: readonly IptablesTable[] = ["mangle", "filter", "nat"];
 export interface RemoveChainsOptions {
   /** The chains of the mode being removed. */
   owns: ChainOwnership;
+  /**
+   * Every chain `owns` accepts, when they are a fixed list. The nft variant is
+   * then asked for each by name (`iptables-nft -t TABLE -S CHAIN`) and its
+   * tables are read only when one exists: `iptables-nft-save` of a node with
+   * 10k services in iptables mode reads ~110k chains for seconds.
+   */
+  names?: Readonly<Partial<Record<IptablesTable, readonly string[]>>>;
   /** Chains kept although `owns` accepts them: those the running mode uses. */
   keep?: ChainOwnership;
   /** Whose chains these are, for the log, e.g. "iptables mode". */
@@ -93,6 +100,12 @@ export async function removeChains(
   for (const variant of options.variants ?? ["nft", "legacy"] as const) {
     for (const family of options.families ?? ["IPv4", "IPv6"] as const) {
       const programs = iptablesPrograms(variant, family);
+      if (variant === "nft" && options.names !== undefined) {
+        const named = Object.entries(options.names).flatMap(([table, chains]) =>
+          (chains ?? []).filter(removes(table)).map((chain) => ({ table, chain }))
+        );
+        if (!await anyChainMayExist(executor, programs.iptables, named)) continue;
+      }
       const tables = await existingTables(executor, programs.save);
       const scripts = CLEANED_TABLES.flatMap((table) => {
         const save = tables.get(table);
@@ -139,6 +152,31 @@ export async function removeChains(
     );
   }
   return removed;
+}
+
+/** iptables-nft 1.8.9's answers to `-S CHAIN` when the chain or its table does not exist. */
+const NO_SUCH_CHAIN =
+  /is incompatible, use 'nft' tool|No chain\/target\/match by that name|does not exist/;
+
+/**
+ * Whether any of `chains` exists, asking `program` (an nft variant's
+ * iptables) for each by name; true also when an answer is not a clear "no".
+ */
+async function anyChainMayExist(
+  executor: Executor,
+  program: string,
+  chains: readonly { table: string; chain: string }[],
+): Promise<boolean> {
+  const answers = await Promise.all(chains.map(async ({ table, chain }) => {
+    try {
+      const result = await executor.run({ program, args: ["-w", "5", "-t", table, "-S", chain] });
+      return result.code !== 0 && NO_SUCH_CHAIN.test(result.stderr) ? "absent" : "maybe";
+    } catch (error) {
+      logger.debug("Cannot ask {program} for chain {chain}: {error}", { program, chain, error });
+      return "maybe";
+    }
+  }));
+  return answers.includes("maybe");
 }
 
 /** The tables `save` (run without `-t`) lists; none when the program is missing or fails. */

@@ -33,6 +33,7 @@ import {
   type IptablesJump,
   iptablesPrograms,
   IPVS_JUMPS,
+  IPVS_MODE_CHAINS,
   isIpvsModeChain,
   renderIpvsIptables,
 } from "./iptables.ts";
@@ -188,6 +189,7 @@ class IpvsBackend implements Backend {
     }
     await removeChains(this.#executor, {
       owns: isIpvsModeChain,
+      names: IPVS_MODE_CHAINS,
       keep: options.keepChains,
       owner: "ipvs mode",
       families: this.#families,

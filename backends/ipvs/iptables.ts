@@ -14,7 +14,7 @@
 import { isInterfaceName } from "../../lib/core/interface_name.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
-import type { ChainOwnership } from "../iptables/chains.ts";
+import type { ChainOwnership, IptablesTable } from "../iptables/chains.ts";
 import { type IpsetKey, ipsetName } from "./render.ts";
 import { checkCidr } from "../../lib/core/plan_check.ts";
 import { IptablesRestoreScript } from "../iptables/script.ts";
@@ -86,19 +86,23 @@ const IPVS_CHAINS = Object.freeze(
 );
 
 /** Chains only kube-proxy's ipvs mode creates (upstream's `iptablesCleanupChains`). */
-const KUBE_PROXY_IPVS_CHAINS: Readonly<Record<string, readonly string[]>> = {
-  filter: [
-    "KUBE-NODE-PORT",
-    "KUBE-SOURCE-RANGES-FIREWALL",
-    "KUBE-IPVS-FILTER",
-    "KUBE-IPVS-OUT-FILTER",
-  ],
-};
+const KUBE_PROXY_IPVS_FILTER_CHAINS = [
+  "KUBE-NODE-PORT",
+  "KUBE-SOURCE-RANGES-FIREWALL",
+  "KUBE-IPVS-FILTER",
+  "KUBE-IPVS-OUT-FILTER",
+];
+
+/** Every iptables chain of the ipvs mode, kproxy's or kube-proxy's, per table. */
+export const IPVS_MODE_CHAINS: Readonly<Partial<Record<IptablesTable, readonly string[]>>> = Object
+  .freeze({
+    nat: IPVS_CHAINS.nat,
+    filter: [...new Set([...IPVS_CHAINS.filter, ...KUBE_PROXY_IPVS_FILTER_CHAINS])],
+  });
 
 /** The iptables chains of the ipvs mode, kproxy's or kube-proxy's. */
 export const isIpvsModeChain: ChainOwnership = (table, chain) =>
-  ((IPVS_CHAINS as Record<string, readonly string[]>)[table]?.includes(chain) ?? false) ||
-  (KUBE_PROXY_IPVS_CHAINS[table]?.includes(chain) ?? false);
+  IPVS_MODE_CHAINS[table as IptablesTable]?.includes(chain) ?? false;
 
 /**
  * Renders the `iptables-restore --noflush` input of the ipvs mode for a plan,

@@ -3,9 +3,9 @@ import { isIptablesModeChain } from "../../backends/iptables/chains.ts";
 import { removeChains } from "../../backends/iptables/cleanup.ts";
 import { splitSave } from "../../backends/iptables/save.ts";
 import { createIptablesBackend } from "../../backends/iptables/applier.ts";
-import { isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
+import { IPVS_MODE_CHAINS, isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
 import { defaultConfig } from "../../lib/config/defaults.ts";
-import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
+import { FakeExecutor, type FakeReply, type RecordedCommand } from "../support/fake_executor.ts";
 import { emptyPlan } from "../../lib/core/plan.ts";
 
 /** A node's `iptables-save` after kube-proxy 1.36 in iptables mode, with kubelet's and another tool's rules. */
@@ -221,4 +221,88 @@ Deno.test("createIptablesBackend() removes the mode's chains from the other vari
     1,
     "once",
   );
+});
+
+/** iptables-nft 1.8.9's answers to `-S CHAIN` for a chain or table that does not exist. */
+const NO_SUCH_CHAIN = {
+  code: 1,
+  stdout: "",
+  stderr:
+    "iptables v1.8.9 (nf_tables): chain `KUBE-LOAD-BALANCER' in table `nat' is incompatible, use 'nft' tool.\n",
+};
+
+/** An executor whose nft variant answers each `-S CHAIN` probe with `probe`, and whose tables are `save`. */
+function probedNode(save: string, probe: (table: string, chain: string) => FakeReply) {
+  return new FakeExecutor((command) => {
+    if (/^ip6?tables-nft$/.test(command.program)) {
+      const table = command.args[command.args.indexOf("-t") + 1]!;
+      const chain = command.args[command.args.indexOf("-S") + 1]!;
+      const reply = probe(table, chain);
+      if (reply instanceof Error) throw reply;
+      return { code: 0, stdout: "", stderr: "", ...reply };
+    }
+    if (command.program === "iptables-nft-save") return { code: 0, stdout: save, stderr: "" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+}
+
+const IPVS_REMOVAL = {
+  owns: isIpvsModeChain,
+  names: IPVS_MODE_CHAINS,
+  keep: isIptablesModeChain,
+  owner: "ipvs mode",
+};
+
+Deno.test("removeChains() with the chains' names reads no nft table when none of them exists", async () => {
+  const executor = probedNode(KUBE_PROXY_SAVE, () => NO_SUCH_CHAIN);
+  assert.deepEqual(await removeChains(executor, IPVS_REMOVAL), []);
+  const programs = executor.calls.map((call) => call.program);
+  assert.ok(!programs.includes("iptables-nft-save") && !programs.includes("ip6tables-nft-save"));
+  assert.ok(programs.includes("iptables-legacy-save"), "legacy tables are listed as before");
+  const expected = Object.entries(IPVS_MODE_CHAINS).flatMap(([table, chains]) =>
+    chains.filter((chain) => !isIptablesModeChain(table, chain))
+      .map((chain) => `-w 5 -t ${table} -S ${chain}`)
+  ).sort();
+  assert.ok(expected.length > 0);
+  for (const program of ["iptables-nft", "ip6tables-nft"]) {
+    const probes = executor.calls.filter((call) => call.program === program);
+    assert.deepEqual(probes.map((call) => call.args.join(" ")).sort(), expected, program);
+  }
+});
+
+Deno.test("removeChains() reads and cleans the nft table when one of the named chains exists", async () => {
+  const save = KUBE_PROXY_SAVE.replace(
+    ":KUBE-MARK-MASQ - [0:0]",
+    ":KUBE-LOAD-BALANCER - [0:0]\n:KUBE-MARK-MASQ - [0:0]",
+  );
+  const executor = probedNode(
+    save,
+    (table, chain) => table === "nat" && chain === "KUBE-LOAD-BALANCER" ? {} : NO_SUCH_CHAIN,
+  );
+  const removed = await removeChains(executor, IPVS_REMOVAL);
+  assert.deepEqual(removed.map(({ table, chains }) => [table, chains]), [
+    ["nat", ["KUBE-LOAD-BALANCER"]],
+  ]);
+});
+
+Deno.test("removeChains() reads the nft tables when a probe fails for another reason", async () => {
+  const save = KUBE_PROXY_SAVE.replace(
+    ":KUBE-MARK-MASQ - [0:0]",
+    ":KUBE-LOAD-BALANCER - [0:0]\n:KUBE-MARK-MASQ - [0:0]",
+  );
+  for (
+    const failure of [
+      { code: 4, stderr: "Another app is currently holding the xtables lock.\n" },
+      new Error("killed after 60000 ms timeout"),
+    ]
+  ) {
+    const executor = probedNode(
+      save,
+      (table, chain) => table === "nat" && chain === "KUBE-LOAD-BALANCER" ? failure : NO_SUCH_CHAIN,
+    );
+    const removed = await removeChains(executor, IPVS_REMOVAL);
+    assert.deepEqual(removed.map(({ table, chains }) => [table, chains]), [
+      ["nat", ["KUBE-LOAD-BALANCER"]],
+    ]);
+  }
 });
