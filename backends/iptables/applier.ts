@@ -24,6 +24,7 @@ import {
 } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { isMissingProgram, runChecked } from "../../lib/shell/exec.ts";
+import { ChainRuleCounts } from "./rule_counts.ts";
 import { CountersUnavailableError } from "../../lib/core/backend.ts";
 import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
 import {
@@ -36,7 +37,7 @@ import {
 } from "./counters.ts";
 import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";
-import type { Plan } from "../../lib/core/plan.ts";
+import { findServicePort, type Plan } from "../../lib/core/plan.ts";
 import { setSysctls } from "../../lib/shell/sysctl.ts";
 import { GarbageBudget } from "../../lib/shell/list_garbage.ts";
 import {
@@ -137,18 +138,17 @@ interface Applied {
  * deleted chain goes. Adds the rules it appended per table to `written`.
  */
 function countChainRules(
-  counts: Map<string, number>,
+  counts: ChainRuleCounts,
   script: IptablesRestoreScript,
   written: Applied["written"],
 ): void {
   for (const table of IPTABLES_COUNTED_TABLES) {
-    for (const chain of script.chainNames(table)) counts.set(`${table} ${chain}`, 0);
+    for (const chain of script.chainNames(table)) counts.flushed(table, chain);
     for (const [chain, rules] of script.appendedRules(table)) {
-      const key = `${table} ${chain}`;
-      counts.set(key, (counts.get(key) ?? 0) + rules);
+      counts.appended(table, chain, rules);
       written[table] += rules;
     }
-    for (const chain of script.deletedChains(table)) counts.delete(`${table} ${chain}`);
+    for (const chain of script.deletedChains(table)) counts.deleted(table, chain);
   }
 }
 
@@ -166,7 +166,7 @@ class IptablesBackend implements Backend {
   /** Per family, upstream names of the per-service chains living under their alternate name. */
   readonly #alternates = new Map<IpFamily, ReadonlySet<string>>();
   /** Per family, the rules in each chain kproxy owns (`table chain`), for the rule gauges. */
-  readonly #chainRules = new Map<IpFamily, Map<string, number>>();
+  readonly #chainRules = new Map<IpFamily, ChainRuleCounts>();
   #routeLocalnetSet = false;
   /** Whether the other variant still has to be rid of this mode's chains (kube-proxy's or kproxy's). */
   #otherVariantPending = true;
@@ -247,7 +247,7 @@ class IptablesBackend implements Backend {
       const rewriteAll = request.full || !previous ||
         isLargeCluster(previous) !== isLargeCluster(plan);
       // After a partial sync the counts start from the last ones; a full sync rewrites every chain.
-      const counts = rewriteAll ? new Map<string, number>() : counted;
+      const counts = rewriteAll ? new ChainRuleCounts() : counted;
       const applied = rewriteAll
         ? await this.#syncFull(plan, programs, {
           hadCounters: previous?.serviceCounters === true,
@@ -256,7 +256,7 @@ class IptablesBackend implements Backend {
         : await this.#syncPartial(
           { previous, next: plan, changed: request.changed },
           programs,
-          counts ?? new Map(),
+          counts ?? new ChainRuleCounts(),
         );
       this.#applied.set(plan.family, plan);
       full ||= rewriteAll;
@@ -264,13 +264,11 @@ class IptablesBackend implements Backend {
       if (counts !== undefined) {
         this.#chainRules.set(plan.family, counts);
         for (const table of IPTABLES_COUNTED_TABLES) {
-          let total = 0;
-          for (const [key, rules] of counts) if (key.startsWith(`${table} `)) total += rules;
           iptablesRules.push({
             family: plan.family,
             table,
             written: applied.written[table],
-            total,
+            total: counts.total(table),
           });
         }
       }
@@ -378,7 +376,7 @@ class IptablesBackend implements Backend {
   async #syncFull(
     plan: Plan,
     programs: IptablesPrograms,
-    options: { hadCounters: boolean; counts: Map<string, number> },
+    options: { hadCounters: boolean; counts: ChainRuleCounts },
   ): Promise<Applied> {
     const localhost = plan.family === "IPv4" && this.#renderOptions.localhostNodePorts === true;
     if (localhost && !this.#routeLocalnetSet) {
@@ -443,7 +441,7 @@ class IptablesBackend implements Backend {
   async #apply(
     programs: IptablesPrograms,
     sync: SyncInputs | FullSyncStream,
-    counts: Map<string, number>,
+    counts: ChainRuleCounts,
   ): Promise<Applied & { alternates: Set<string> }> {
     const applied: Applied = { rules: 0, inputs: 0, written: { filter: 0, nat: 0 } };
     const garbage = new GarbageBudget({ ...this.#garbage, share: 1 / 4 });
@@ -467,14 +465,15 @@ class IptablesBackend implements Backend {
   async #syncPartial(
     change: { previous: Plan; next: Plan; changed: ReadonlySet<string> },
     programs: IptablesPrograms,
-    counts: Map<string, number>,
+    counts: ChainRuleCounts,
   ): Promise<Applied> {
     const sync = renderPartialSync(change, {
       ...this.#renderOptions,
       alternates: this.#alternates.get(change.next.family),
       maxChainsPerChunk: this.#maxChainsPerChunk(),
     });
-    const changedPorts = (plan: Plan) => plan.services.filter((s) => change.changed.has(s.id));
+    const changedPorts = (plan: Plan) =>
+      [...change.changed].sort().flatMap((id) => findServicePort(plan, id) ?? []);
     const before = planNfacctNames(change.previous, changedPorts(change.previous));
     const after = planNfacctNames(change.next, changedPorts(change.next));
     await this.#addNfacct(new Set([...after].filter((name) => !before.has(name))));

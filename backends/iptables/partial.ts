@@ -8,14 +8,14 @@
  * @module
  */
 
-import type { Plan } from "../../lib/core/plan.ts";
+import { findServicePort, type Plan } from "../../lib/core/plan.ts";
 import type { IptablesTable } from "./chains.ts";
 import { alternateChainName } from "./names.ts";
 import { IptablesRestoreScript } from "./script.ts";
 import { callerRank, chunks, renamed, type SyncInputs, widenFilter } from "./render.ts";
 import { type ChainRules, type IptablesRenderOptions, sameRules, writeChains } from "./rules.ts";
 import { isLargeCluster, renderServiceChains } from "./service_chains.ts";
-import { renderTopLevelChains } from "./top_level.ts";
+import { renderEntryRules, renderTopLevelChains, type TopLevelChains } from "./top_level.ts";
 
 /** The plans a partial sync moves between. */
 export interface PartialChange {
@@ -95,14 +95,12 @@ export function renderPartialSync(
   options: PartialSyncOptions = {},
 ): SyncInputs {
   const { previous, next } = change;
-  const oldServices = new Map(previous.services.map((service) => [service.id, service]));
-  const newServices = new Map(next.services.map((service) => [service.id, service]));
   const wasLarge = isLargeCluster(previous);
   const isLarge = isLargeCluster(next);
   const changes: ServiceChange[] = [];
   for (const id of [...change.changed].sort()) {
-    const before = oldServices.get(id);
-    const after = newServices.get(id);
+    const before = findServicePort(previous, id);
+    const after = findServicePort(next, id);
     const service = {
       before: before ? renderServiceChains(before, previous, wasLarge) : new Map(),
       after: after ? renderServiceChains(after, next, isLarge) : new Map(),
@@ -119,15 +117,51 @@ export function renderPartialSync(
     : renderInPlace(change, changes, options);
 }
 
+function sameChainRules(a: ChainRules, b: ChainRules): boolean {
+  return a.size === b.size && [...a].every(([chain, rules]) => sameRules(b.get(chain), rules));
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((item, i) => item === b[i]);
+}
+
+/**
+ * Whether the top-level chains stay as they are: the changed service ports
+ * add the same entry rules before and after (an endpoint change within a
+ * service port, the common case), and the node-wide inputs are the same.
+ * Saves rendering every service's entry rules twice.
+ */
+function sameTopLevel({ previous, next, changed }: PartialChange): boolean {
+  if (
+    !sameList(previous.nodePortAddresses, next.nodePortAddresses) ||
+    !sameList(previous.serviceCIDRs, next.serviceCIDRs)
+  ) return false;
+  for (const id of changed) {
+    const before = findServicePort(previous, id);
+    const after = findServicePort(next, id);
+    if (before === undefined || after === undefined) {
+      if (before !== after) return false;
+      continue;
+    }
+    const [was, is] = [renderEntryRules(before, previous), renderEntryRules(after, next)];
+    if (!sameChainRules(was.nat, is.nat) || !sameChainRules(was.filter, is.filter)) return false;
+  }
+  return true;
+}
+
+const NO_TOP_LEVEL_CHAINS: TopLevelChains = { nat: new Map(), filter: new Map() };
+
 function renderInPlace(
-  { previous, next }: PartialChange,
+  change: PartialChange,
   changes: readonly ServiceChange[],
   options: PartialSyncOptions,
 ): SyncInputs {
+  const { previous, next } = change;
   const live = options.alternates ?? new Set<string>();
   const name = (chain: string) => live.has(chain) ? alternateChainName(chain) : chain;
-  const oldTop = renderTopLevelChains(previous, options);
-  const newTop = renderTopLevelChains(next, options);
+  const unchanged = sameTopLevel(change);
+  const oldTop = unchanged ? NO_TOP_LEVEL_CHAINS : renderTopLevelChains(previous, options);
+  const newTop = unchanged ? NO_TOP_LEVEL_CHAINS : renderTopLevelChains(next, options);
   const oldChains = merged(changes.map((service) => service.before));
   const newChains = merged(changes.map((service) => service.after));
   const alternates = new Set(

@@ -119,6 +119,17 @@ export function renderTopLevelChains(
   return { nat, filter };
 }
 
+/**
+ * The rules one service port adds to the top-level chains, alone: a partial
+ * sync compares them before and after to tell whether the top-level chains
+ * change at all.
+ */
+export function renderEntryRules(service: ServicePortPlan, plan: Plan): TopLevelChains {
+  const chains: TopLevelChains = { nat: new Map(), filter: new Map() };
+  addServiceEntryRules(service, serviceLayout(service, plan), chains);
+  return chains;
+}
+
 function addServiceEntryRules(
   service: ServicePortPlan,
   layout: ServiceLayout,

@@ -9,6 +9,8 @@ import * as nft from "../../backends/nftables/render.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import * as ipt from "../../backends/iptables/render.ts";
 import { renderPartialSync } from "../../backends/iptables/partial.ts";
+import { renderTopLevelChains } from "../../backends/iptables/top_level.ts";
+import { sameRules } from "../../backends/iptables/rules.ts";
 import { cidrContains, parseCIDR } from "../../lib/core/ip.ts";
 import { type CheckTool, NetnsChecker, netnsSkipReason } from "../support/netns_check.ts";
 import {
@@ -248,6 +250,34 @@ Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no va
         );
         const error = partial.commit.find((block) => block.error)?.error;
         assert.equal(error, undefined, `iptables partial: ${error?.message}`);
+      }
+    }),
+    { numRuns: PURE_RUNS },
+  );
+});
+
+Deno.test("renderPartialSync() rewrites every top-level chain whose rules change", () => {
+  fc.assert(
+    fc.property(transitionArb, iptablesOptionsArb, ({ previous, next, changed }, iptOptions) => {
+      for (
+        const [before, after, ids] of [
+          [previous.ipv4, next.ipv4, changed.ipv4],
+          [previous.ipv6, next.ipv6, changed.ipv6],
+        ] as const
+      ) {
+        const partial = renderPartialSync(
+          { previous: before, next: after, changed: ids },
+          iptOptions,
+        );
+        const oldTop = renderTopLevelChains(before, iptOptions);
+        const newTop = renderTopLevelChains(after, iptOptions);
+        for (const table of ["nat", "filter"] as const) {
+          const written = new Set(partial.commit.flatMap((block) => block.chainNames(table)));
+          for (const [chain, rules] of newTop[table]) {
+            if (sameRules(oldTop[table].get(chain), rules)) continue;
+            assert.ok(written.has(chain), `${table} ${chain} changed but was not written`);
+          }
+        }
       }
     }),
     { numRuns: PURE_RUNS },

@@ -16,7 +16,7 @@ import {
 } from "../../backends/iptables/names.ts";
 import { chooseVariant, summarizeSave } from "../../backends/iptables/detect.ts";
 import { IptablesRestoreScript } from "../../backends/iptables/script.ts";
-import type { Plan, ServicePortPlan } from "../../lib/core/plan.ts";
+import type { Plan, PlanEndpoint, ServicePortPlan } from "../../lib/core/plan.ts";
 import {
   endpoint,
   GOLDEN_CASES,
@@ -210,6 +210,27 @@ Deno.test("renderPartialSync() rewrites KUBE-SERVICES when a service is added or
   const remove = commitOf(partial(added, before, [id]));
   assert.ok(remove.nat.includes("KUBE-SERVICES"));
   assert.equal(remove.deleted.length, 3);
+});
+
+Deno.test("renderPartialSync() rewrites a filter chain when only a service's filter rules change", () => {
+  const remote = [endpoint("10.244.1.5", 8080)];
+  const web = (local: PlanEndpoint[]) =>
+    plan([servicePort({
+      name: "web",
+      externalIPs: ["198.51.100.20"],
+      internal: traffic(remote),
+      external: local.length > 0 ? traffic(local) : traffic([], "drop"),
+      externalLocal: true,
+    })]);
+  const before = web([endpoint("10.244.0.9", 8080, true)]);
+  const after = web([]);
+  const id = after.services[0]!.id;
+  const lostLocal = commitOf(partial(before, after, [id]));
+  assert.ok(lostLocal.filter.includes("KUBE-EXTERNAL-SERVICES"), lostLocal.text);
+  assert.match(lostLocal.text, /has no local endpoints" .*-j DROP/);
+  const regained = commitOf(partial(after, before, [id]));
+  assert.ok(regained.filter.includes("KUBE-EXTERNAL-SERVICES"), regained.text);
+  assert.doesNotMatch(regained.text, /has no local endpoints/);
 });
 
 Deno.test("renderPartialSync() widens the filter table before nat and narrows it after", () => {
