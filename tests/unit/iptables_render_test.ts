@@ -177,6 +177,17 @@ const before = plan([
   servicePort({ name: "api", clusterIPs: ["10.96.0.20"] }),
 ]);
 
+Deno.test("serviceChainNames() hashes a service port object once, and equal ports alike", () => {
+  const web = named("default", "web", "http", "TCP");
+  const first = serviceChainNames(web);
+  assert.equal(serviceChainNames(web), first, "the same object from the cache");
+  const copy = { ...web, internal: traffic([endpoint("10.244.9.9", 80)]) };
+  assert.notEqual(serviceChainNames(copy), first);
+  assert.deepEqual(serviceChainNames(copy), first, "names depend on the port's identity only");
+  const udp = named("default", "web", "http", "UDP");
+  assert.notEqual(serviceChainNames(udp).cluster, first.cluster);
+});
+
 Deno.test("renderPartialSync() after an endpoint change writes only that service's chains", () => {
   const moved = [endpoint("10.244.1.5", 8080), endpoint("10.244.3.9", 8080)];
   const after = plan([
