@@ -36,6 +36,7 @@ import type {
 import { lowerBoundById, SERVICE_COUNTERS, servicePortId } from "./plan.ts";
 import type { ClusterState } from "./state.ts";
 import { usesTopologyKeys } from "./topology.ts";
+import { exactArray } from "./exact_array.ts";
 
 const logger = getLogger(["kproxy", "planner"]);
 
@@ -349,7 +350,7 @@ function planService(
       external: categorized.external,
       externalLocal,
       localReadyEndpoints: categorized.localReadyEndpoints,
-      servingEndpoints: categorized.serving,
+      servingEndpoints: exactArray(categorized.serving),
       ...(service.preserveDestination && (nodePort > 0 || loadBalancerIPs.length > 0)
         ? { preserveDestination: true as const }
         : {}),
@@ -371,12 +372,14 @@ function planService(
  * (any port may lose its endpoints), the others only where their rule exists.
  */
 function serviceCounters(has: { localPolicy: boolean; sourceRanges: boolean }): ServiceCounter[] {
-  return SERVICE_COUNTERS.filter((counter) =>
-    counter === "no-local-endpoints"
-      ? has.localPolicy
-      : counter === "source-range"
-      ? has.sourceRanges
-      : true
+  return exactArray(
+    SERVICE_COUNTERS.filter((counter) =>
+      counter === "no-local-endpoints"
+        ? has.localPolicy
+        : counter === "source-range"
+        ? has.sourceRanges
+        : true
+    ),
   );
 }
 

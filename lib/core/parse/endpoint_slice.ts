@@ -26,6 +26,7 @@ import {
   stringField,
   stringMap,
 } from "./fields.ts";
+import { exactArray } from "../exact_array.ts";
 
 /** How many distinct node and zone names {@linkcode shared} remembers before it starts over. */
 const SHARED_NAMES_LIMIT = 65_536;
@@ -77,8 +78,8 @@ export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice | nu
       name,
       serviceName,
       family: addressType,
-      ports: parseSlicePorts(root),
-      endpoints: parseEndpoints(root, addressType, warnings),
+      ports: exactArray(parseSlicePorts(root)),
+      endpoints: exactArray(parseEndpoints(root, addressType, warnings)),
     };
     return slice;
   });

@@ -28,6 +28,7 @@ import {
   stringMap,
   uniqueStrings,
 } from "./fields.ts";
+import { exactArray } from "../exact_array.ts";
 
 /** Services carrying this label are handled by another proxy, as upstream does. */
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
@@ -123,11 +124,11 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
       namespace,
       name,
       type,
-      clusterIPs,
-      ports,
-      externalIPs,
-      loadBalancerIngress,
-      loadBalancerSourceRanges,
+      clusterIPs: exactArray(clusterIPs),
+      ports: exactArray(ports),
+      externalIPs: exactArray(externalIPs),
+      loadBalancerIngress: exactArray(loadBalancerIngress),
+      loadBalancerSourceRanges: exactArray(loadBalancerSourceRanges),
       affinityTimeoutSeconds,
       internalTrafficPolicy: checkTrafficPolicy(
         spec.internalTrafficPolicy,
@@ -139,7 +140,7 @@ export function parseService(raw: unknown): ParseResult<Service | null> {
       ),
       healthCheckNodePort,
       trafficDistribution,
-      topologyKeys: parseTopologyKeys(spec),
+      topologyKeys: exactArray(parseTopologyKeys(spec)),
       topologyMode,
       ...(annotations[PRESERVE_DESTINATION_ANNOTATION] === "true"
         ? { preserveDestination: true as const }
