@@ -225,15 +225,18 @@ Deno.test("renderFull() (nftables, iptables) never embeds a plan's reason text",
   );
 });
 
+/** Each family's side of a transition: the plan before, the plan after, the changed ids. */
+function familySteps({ previous, next, changed }: Transition) {
+  return [
+    [previous.ipv4, next.ipv4, changed.ipv4],
+    [previous.ipv6, next.ipv6, changed.ipv6],
+  ] as const;
+}
+
 Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no validation error on planned input", () => {
   fc.assert(
-    fc.property(transitionArb, iptablesOptionsArb, ({ previous, next, changed }, iptOptions) => {
-      for (
-        const [before, after, ids] of [
-          [previous.ipv4, next.ipv4, changed.ipv4],
-          [previous.ipv6, next.ipv6, changed.ipv6],
-        ] as const
-      ) {
+    fc.property(transitionArb, iptablesOptionsArb, (transition, iptOptions) => {
+      for (const [before, after, ids] of familySteps(transition)) {
         const full = nft.renderFull(after);
         assert.equal(full.error, undefined, `nft: ${full.error?.message}`);
         const incremental = renderIncremental({ plan: after, previous: before, changed: ids });
@@ -258,13 +261,8 @@ Deno.test("renderFull(), renderIncremental() and renderPartialSync() raise no va
 
 Deno.test("renderPartialSync() rewrites every top-level chain whose rules change", () => {
   fc.assert(
-    fc.property(transitionArb, iptablesOptionsArb, ({ previous, next, changed }, iptOptions) => {
-      for (
-        const [before, after, ids] of [
-          [previous.ipv4, next.ipv4, changed.ipv4],
-          [previous.ipv6, next.ipv6, changed.ipv6],
-        ] as const
-      ) {
+    fc.property(transitionArb, iptablesOptionsArb, (transition, iptOptions) => {
+      for (const [before, after, ids] of familySteps(transition)) {
         const partial = renderPartialSync(
           { previous: before, next: after, changed: ids },
           iptOptions,
