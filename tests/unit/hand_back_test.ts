@@ -8,6 +8,7 @@ import { defaultConfig } from "../../lib/config/defaults.ts";
 import { handBackToKubeProxy } from "../../backends/registry.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
 import { FakeExecutor } from "../support/fake_executor.ts";
+import { isTableProbe, probedTable, tableProbeAnswer } from "../support/nft_table_probe.ts";
 import { withLogRecords } from "../support/logs.ts";
 
 /** A node with kproxy's tables; kube-proxy's appear after `kubeProxyAfter` looks (never: Infinity). */
@@ -15,17 +16,13 @@ function node(kubeProxyAfter: number): FakeExecutor {
   let looks = 0;
   return new FakeExecutor((command) => {
     if (command.program === "nft" && command.args.includes("list")) {
-      // Each table asked for by name (`nft -t list table FAMILY NAME`), never every table.
-      assert.deepEqual(command.args.slice(0, 3), ["-t", "list", "table"]);
-      const table = command.args.slice(3).join(" ");
+      // Each table asked for by name, never every table.
+      assert.ok(isTableProbe(command.args), command.args.join(" "));
+      const table = probedTable(command.args);
       if (table === "ip kube-proxy") looks++;
       const present = table === "ip kproxy" || table === "ip6 kproxy" ||
         (table === "ip kube-proxy" && looks > kubeProxyAfter);
-      return present ? { code: 0, stdout: `table ${table} {\n}\n`, stderr: "" } : {
-        code: 1,
-        stdout: "",
-        stderr: `Error: No such file or directory\nlist table ${table}\n`,
-      };
+      return tableProbeAnswer(command.args, new Set(present ? [table] : []));
     }
     if (command.program === "iptables-legacy-save") {
       throw new CommandError(

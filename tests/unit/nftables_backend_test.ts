@@ -4,6 +4,8 @@ import { defaultConfig } from "../../lib/config/defaults.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
 import type { CommandResult } from "../../lib/core/executor.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
+import { isTableProbe, probedTable, tableProbeAnswer } from "../support/nft_table_probe.ts";
+import { PROBE_CHAIN } from "../../backends/nftables/table_probe.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { endpoint, plan, servicePort } from "../golden/nftables/fixtures.ts";
 import { withLogRecords } from "../support/logs.ts";
@@ -272,36 +274,29 @@ function replacing(executor: FakeExecutor) {
   });
 }
 
-/** The tables of a node, as `nft -t list table FAMILY NAME` finds them. */
+/** The tables of a node, as kproxy's table probe finds them. */
 const PRESENT = new Set(["ip kproxy", "ip kproxy-guard", "ip kube-proxy"]);
 
-/** `nft -t list table F T`: found when in `present`, else nft's "No such file or directory". */
+/** nft's answer to a table probe on a node holding `present`. */
 function tableProbe(command: { args: readonly string[] }, present: ReadonlySet<string> = PRESENT) {
-  const [, , , family, table] = command.args;
-  return present.has(`${family} ${table}`)
-    ? { code: 0, stdout: `table ${family} ${table} {\n}\n`, stderr: "" }
-    : {
-      code: 1,
-      stdout: "",
-      stderr: `Error: No such file or directory\nlist table ${family} ${table}\n`,
-    };
+  return tableProbeAnswer(command.args, present);
 }
 
-const isProbe = (command: { args: readonly string[] }) => command.args[1] === "list";
+const isProbe = (command: { args: readonly string[] }) => isTableProbe(command.args);
 
 Deno.test("createNftablesBackend() cleanup() deletes its and kube-proxy's tables that exist, in one transaction", async () => {
   const executor = new FakeExecutor((command) =>
     isProbe(command) ? tableProbe(command) : { code: 0, stdout: "", stderr: "" }
   );
   await replacing(executor).cleanup();
-  const probes = executor.calls.filter(isProbe).map((c) => c.args.join(" "));
+  const probes = executor.calls.filter(isProbe).map((c) => probedTable(c.args));
   assert.deepEqual(probes.sort(), [
-    "-t list table ip kproxy",
-    "-t list table ip kproxy-guard",
-    "-t list table ip kube-proxy",
-    "-t list table ip6 kproxy",
-    "-t list table ip6 kproxy-guard",
-    "-t list table ip6 kube-proxy",
+    "ip kproxy",
+    "ip kproxy-guard",
+    "ip kube-proxy",
+    "ip6 kproxy",
+    "ip6 kproxy-guard",
+    "ip6 kube-proxy",
   ]);
   assert.deepEqual(
     executor.calls.filter((c) => !isProbe(c)).map((c) => [c.args.join(" "), c.stdin]),
@@ -329,9 +324,7 @@ Deno.test("createNftablesBackend() never lists every table of the node: iptables
   await nft.cleanup();
   const listings = executor.calls.filter((c) => c.args.includes("list"));
   assert.ok(listings.length > 0);
-  for (const call of listings) {
-    assert.deepEqual(call.args.slice(0, 3), ["-t", "list", "table"], call.args.join(" "));
-  }
+  for (const call of listings) assert.ok(isTableProbe(call.args), call.args.join(" "));
 });
 
 Deno.test("createNftablesBackend() deletes the replaced tables in the transaction of its first full write", async () => {
@@ -341,8 +334,8 @@ Deno.test("createNftablesBackend() deletes the replaced tables in the transactio
   const nft = replacing(executor);
   // The first full sync: the table probes (ip, ip6), the guard's set-up, the probe, then a failing load.
   executor.reply(
-    { code: 0, stdout: "table ip kube-proxy {\n}\n" },
-    { code: 1, stderr: "Error: No such file or directory" },
+    { code: 0 },
+    tableProbeAnswer(["list", "chain", "ip6", "kube-proxy", PROBE_CHAIN], new Set()),
     { code: 0 },
     { code: 1, stderr: "Error: Could not process rule: Operation not supported" },
     { code: 1, stderr: "Error: interrupted" },
