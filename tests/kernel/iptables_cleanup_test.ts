@@ -7,20 +7,10 @@ import assert from "node:assert/strict";
 import { removeChains } from "../../backends/iptables/cleanup.ts";
 import { isIptablesModeChain } from "../../backends/iptables/chains.ts";
 import { IPVS_MODE_CHAINS, isIpvsModeChain } from "../../backends/ipvs/iptables.ts";
-import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
+import { TimingExecutor } from "../../scripts/bench/harness.ts";
 import { createTestTopology, kernelSkipReason, NetnsExecutor } from "./netns.ts";
 
 const skipReason = await kernelSkipReason(["iptables-nft", "iptables-nft-restore"]);
-
-/** Runs commands in a namespace and remembers their programs. */
-class CountingExecutor implements Executor {
-  readonly programs: string[] = [];
-  constructor(readonly inner: Executor) {}
-  run(command: Command): Promise<CommandResult> {
-    this.programs.push(command.program);
-    return this.inner.run(command);
-  }
-}
 
 const IPVS_REMOVAL = {
   owns: isIpvsModeChain,
@@ -40,10 +30,11 @@ Deno.test({
     const topology = await createTestTopology();
     try {
       const node = new NetnsExecutor({ namespace: topology.node });
-      const quiet = new CountingExecutor(node);
+      const quiet = new TimingExecutor(topology.node);
       assert.deepEqual(await removeChains(quiet, IPVS_REMOVAL), []);
-      assert.ok(quiet.programs.length > 0);
-      assert.ok(quiet.programs.every((program) => program === "iptables-nft"), "no table read");
+      const probes = quiet.commands.map((command) => command.program);
+      assert.ok(probes.length > 0);
+      assert.ok(probes.every((program) => program === "iptables-nft"), "no table read");
 
       await node.run({
         program: "iptables-nft-restore",
@@ -57,12 +48,12 @@ Deno.test({
           "",
         ].join("\n"),
       });
-      const counted = new CountingExecutor(node);
+      const counted = new TimingExecutor(topology.node);
       const removed = await removeChains(counted, IPVS_REMOVAL);
       assert.deepEqual(removed.map(({ table, chains }) => [table, chains]), [
         ["filter", ["KUBE-IPVS-FILTER"]],
       ]);
-      assert.ok(counted.programs.includes("iptables-nft-save"));
+      assert.ok(counted.commands.some((command) => command.program === "iptables-nft-save"));
       const saved = await node.run({ program: "iptables-nft-save", args: [] });
       assert.doesNotMatch(saved.stdout, /KUBE-IPVS-FILTER/);
       assert.match(saved.stdout, /-A INPUT -s 198\.51\.100\.7\/32 -j DROP/);

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { existingTables } from "../../backends/nftables/table_probe.ts";
-import type { Command, CommandResult, Executor } from "../../lib/core/executor.ts";
+import { TimingExecutor } from "../../scripts/bench/harness.ts";
 import { createTestTopology, kernelSkipReason, NetnsExecutor } from "./netns.ts";
 
 const skipReason = await kernelSkipReason(["nft", "iptables-nft-restore"]);
@@ -24,16 +24,13 @@ Deno.test({
         args: ["--noflush"],
         stdin: "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n",
       });
-      const programs: string[][] = [];
-      const counting: Executor = {
-        run(command: Command): Promise<CommandResult> {
-          programs.push(command.args);
-          return node.run(command);
-        },
-      };
-      const found = await existingTables(counting, ["ip", "ip6"], ["nat", "kube-proxy", "absent"]);
+      const probing = new TimingExecutor(topology.node);
+      const found = await existingTables(probing, ["ip", "ip6"], ["nat", "kube-proxy", "absent"]);
       assert.deepEqual(found, ["ip nat", "ip6 kube-proxy"]);
-      assert.ok(programs.every((args) => args[0] === "list" && args[1] === "chain"), "no listing");
+      assert.ok(
+        probing.commands.every(({ args }) => args[0] === "list" && args[1] === "chain"),
+        "no listing",
+      );
     } finally {
       await topology.destroy();
     }
