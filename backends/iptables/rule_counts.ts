@@ -30,11 +30,6 @@ export class ChainRuleCounts {
     this.#rules.delete(key);
   }
 
-  /** Rules in `chain`, undefined when it is not counted. */
-  rules(table: IptablesTable, chain: string): number | undefined {
-    return this.#rules.get(`${table} ${chain}`);
-  }
-
   /** Rules in every counted chain of `table`. */
   total(table: IptablesTable): number {
     return this.#totals.get(table) ?? 0;
