@@ -9,6 +9,7 @@
 
 import type { Command, CommandResult, Executor } from "../core/executor.ts";
 import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
+import { childEnvironment } from "./child_env.ts";
 
 /** Thrown when a command exits non-zero, times out or cannot start. */
 export class CommandError extends Error {
@@ -110,6 +111,25 @@ function withReusableStdin(command: Command): Command {
   return oneShot ? { ...command, stdin: [...stdin] } : command;
 }
 
+let programEnvironment: Record<string, string> | undefined;
+
+/**
+ * What {@linkcode childEnvironment} adds for every program, decided once. A
+ * `GLIBC_TUNABLES` kproxy may not read counts as the operator's.
+ */
+function environmentOfPrograms(): Record<string, string> {
+  if (programEnvironment === undefined) {
+    let operatorTunables: string | undefined;
+    try {
+      operatorTunables = Deno.env.get("GLIBC_TUNABLES");
+    } catch {
+      operatorTunables = "";
+    }
+    programEnvironment = childEnvironment(operatorTunables);
+  }
+  return programEnvironment;
+}
+
 /**
  * Spawns a command with `Deno.Command` without any allow-list: the part of
  * {@linkcode DenoExecutor} that test and demo set-up reuses. A missing binary
@@ -121,6 +141,7 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
   try {
     child = new Deno.Command(command.program, {
       args: command.args,
+      env: environmentOfPrograms(),
       stdin: command.stdin === undefined ? "null" : "piped",
       stdout: "piped",
       stderr: "piped",

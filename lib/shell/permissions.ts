@@ -44,6 +44,7 @@ const ENV_VARS: readonly string[] = [
   "KUBE_NETWORK",
   "LOG_TOKENS",
   "LOG_STREAM",
+  "GLIBC_TUNABLES",
 ];
 
 /** A set of Deno permissions. Empty lists grant nothing. */

@@ -10,6 +10,7 @@ import {
 import { FakeExecutor } from "../support/fake_executor.ts";
 import { ANY_ARGUMENTS } from "../../lib/shell/command_policy.ts";
 import { readSysctl, setSysctls } from "../../lib/shell/sysctl.ts";
+import { MALLOC_TUNABLES } from "../../lib/shell/child_env.ts";
 
 const TEST_PROGRAMS = ["sh", "cat", "kp-no-such-program"];
 const shellExecutor = new DenoExecutor({
@@ -90,6 +91,14 @@ Deno.test("DenoExecutor.run() returns a non-zero exit as a result with stderr", 
     args: ["-c", "echo oops >&2; exit 3"],
   });
   assert.deepEqual(result, { code: 3, stdout: "", stderr: "oops\n" });
+});
+
+Deno.test("DenoExecutor.run() runs programs with glibc's malloc tunables for a huge-page heap", async () => {
+  const result = await shellExecutor.run({
+    program: "sh",
+    args: ["-c", 'printf %s "$GLIBC_TUNABLES"'],
+  });
+  assert.equal(result.stdout, MALLOC_TUNABLES);
 });
 
 Deno.test("DenoExecutor.run() passes arguments without a shell", async () => {
