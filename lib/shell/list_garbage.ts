@@ -8,8 +8,9 @@
  * process held 50–60 MiB of dead page buffers at its peak. A full collection
  * every so many listed bytes frees them. The budget grows with what was listed,
  * so the collections' total cost stays proportional to the list (each costs
- * about the live heap, which grows with it too); one more at the end of each
- * list frees its last pages before the first sync plans and renders.
+ * about the live heap, which grows with it too); one more at the end of a
+ * list of a MiB or more frees its last pages before the first sync plans and
+ * renders.
  *
  * {@linkcode GarbageBudget} does the same for other work whose garbage is
  * promoted before it dies (the iptables mode's restore inputs).
@@ -28,6 +29,14 @@ const MIN_BUDGET = 16 * 1024 * 1024;
 
 /** Of all bytes listed so far, the share read between two collections. */
 const BUDGET_SHARE = 1 / 4;
+
+/**
+ * Listed bytes since the last collection below which a list's end collects
+ * nothing: a collection costs about the whole live heap (20–40 ms at start-up,
+ * V8 runs two mark-compacts per call), whatever a small list (the Node, the
+ * ServiceCIDRs) left behind.
+ */
+const MIN_AT_END = 1024 * 1024;
 
 let collect: (() => void) | undefined;
 
@@ -83,9 +92,9 @@ export class GarbageBudget {
     this.#collect();
   }
 
-  /** Collects what was handled since the last collection, if anything. */
-  settle(): void {
-    if (this.#sinceCollection === 0) return;
+  /** Collects what was handled since the last collection, if it is at least `atLeast` (≥ 1) bytes. */
+  settle(atLeast = 1): void {
+    if (this.#sinceCollection < Math.max(1, atLeast)) return;
     this.#sinceCollection = 0;
     this.#collect();
   }
@@ -112,8 +121,8 @@ export class ListGarbage extends GarbageBudget {
     this.spent(bytes);
   }
 
-  /** A list ended: collects what its pages since the last collection left. */
+  /** A list ended: collects what pages left since the last collection, from 1 MiB up. */
   ended(): void {
-    this.settle();
+    this.settle(MIN_AT_END);
   }
 }

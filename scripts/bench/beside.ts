@@ -16,7 +16,8 @@
  * @module
  */
 
-import { kproxyCommand, memoryOf } from "./process.ts";
+import { memoryOf } from "./process.ts";
+import { launchArgs } from "../launch.ts";
 import { median, withNamespace } from "./harness.ts";
 import {
   linkToHost,
@@ -167,6 +168,28 @@ export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
   ];
 }
 
+/**
+ * kproxy as its container image runs it (`scripts/image/kproxy.sh`): the
+ * bundle under `deno run` with the exact permissions and V8 flags
+ * `scripts/launch.ts` computes from the same flags.
+ */
+export function shippedKproxy(flags: string[]): string[] {
+  return [Deno.execPath(), ...launchArgs(flags)];
+}
+
+/** Builds `dist/kproxy.js` from this checkout (`deno task bundle`). */
+async function bundleKproxy(): Promise<void> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["task", "bundle"],
+    cwd: new URL("../../", import.meta.url).pathname,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`Cannot bundle kproxy: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+}
+
 async function inNamespace(namespace: string, script: string): Promise<string> {
   const out = await new Deno.Command("ip", {
     args: ["netns", "exec", namespace, "sh", "-c", script],
@@ -283,7 +306,7 @@ async function proxyRun(options: {
   await flushRules(namespace);
   const flags = proxyFlags(mode, api.kubeconfig);
   const command = options.proxy === "kproxy"
-    ? kproxyCommand(flags)
+    ? shippedKproxy(flags)
     : [REAL_BINARIES.kubeProxy, ...flags];
   await Deno.writeTextFile(options.log, `=== ${options.proxy} ${command.join(" ")}\n`, {
     append: true,
@@ -401,6 +424,7 @@ export async function benchBeside(
     "kube-apiserver": await versionOf(REAL_BINARIES.apiserver),
     etcd: await versionOf(REAL_BINARIES.etcd),
   };
+  if (proxies.includes("kproxy")) await bundleKproxy();
   const runs = options.runs ?? 3;
   const timeoutMs = options.timeoutMs ?? 300_000;
   const ticks = await ticksPerSecond();
