@@ -80,6 +80,12 @@ class NftablesBackend implements Backend {
   readonly #guard: TableRef;
   /** Whether the kernel was seen to refuse an armed guard (checked once per process). */
   #guardChecked = false;
+  /** The warm-up, once started: the first sync waits for it. */
+  #warming?: Promise<void>;
+  /** Whether the warm-up set up the guard, so the next full sync need not. */
+  #guardReady = false;
+  /** The replaced tables the warm-up found, for the first full write's log. */
+  #replacedFound?: string[];
   /** What the kernel holds, per family: the last successfully applied plans. */
   #applied = new Map<IpFamily, Plan>();
   #needFull = true;
@@ -127,7 +133,36 @@ class NftablesBackend implements Backend {
     return nftCounterSamples(counted, (plan) => elements.get(plan.family)!);
   }
 
+  /**
+   * Sets up and checks the load guard (~70 ms of `nft` at start-up: its hook's
+   * registration) and looks for the tables the first full write replaces.
+   */
+  warmUp(): Promise<void> {
+    this.#warming ??= Promise.all([
+      this.#prepareGuard().then(
+        () => {
+          this.#guardReady = true;
+        },
+        (error) => {
+          logger.debug("Cannot set up the nftables load guard before the first sync: {error}", {
+            error,
+          });
+        },
+      ),
+      this.#replacing
+        ? this.#existing(this.#replacedTables).then(
+          (found) => {
+            this.#replacedFound = found;
+          },
+          () => {},
+        )
+        : undefined,
+    ]).then(() => {});
+    return this.#warming;
+  }
+
   async sync(request: SyncRequest): Promise<SyncResult> {
+    await this.#warming;
     const plans = request.plans.filter((plan) => this.#families.has(plan.family));
     const generation = this.#generation + 1;
     const options = this.#renderOptions(generation);
@@ -149,7 +184,9 @@ class NftablesBackend implements Backend {
     if (full) transactions = plans.map((plan) => renderFull(plan, options));
     const replacing = full && this.#replacing;
     // Only for the log: the deletions below hold whether or not the tables exist.
-    const replaced = replacing ? await this.#existing(this.#replacedTables).catch(() => []) : [];
+    const replaced = replacing
+      ? this.#replacedFound ?? await this.#existing(this.#replacedTables).catch(() => [])
+      : [];
     if (replacing) transactions.push(...this.#deleteTables(this.#replacedTables));
     const error = transactions.find((tx) => tx.error !== undefined)?.error;
     if (error !== undefined) {
@@ -158,7 +195,8 @@ class NftablesBackend implements Backend {
     }
     try {
       if (transactions.some((tx) => !tx.empty)) {
-        if (full) await this.#prepareGuard();
+        if (full && !this.#guardReady) await this.#prepareGuard();
+        this.#guardReady = false;
         const stdin = atomicInput(transactions, this.#guard);
         await runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin });
       }

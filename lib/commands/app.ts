@@ -499,6 +499,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
       exitCode = 1;
       stop();
     });
+    // Kernel set-up that needs no Service, while the lists run; the first sync waits for it.
+    void backend.warmUp?.();
     options.onStarted?.(app);
     if (!signal.aborted) {
       await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));

@@ -95,6 +95,12 @@ export interface Backend {
    */
   preflight?(): Promise<void>;
   /**
+   * Starts what the first sync needs and the Services do not (kernel objects
+   * of the mode's own), while the initial lists run; never rejects: what
+   * failed is left to the first sync, which waits for the warm-up to end.
+   */
+  warmUp?(): Promise<void>;
+  /**
    * Removes what this mode installed, as kproxy or as kube-proxy ran it, and
    * nothing else: never a whole table or IPVS state it did not create.
    */

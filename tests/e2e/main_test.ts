@@ -203,6 +203,7 @@ Deno.test("main() runs the proxy in-process: syncs, serves health and metrics, s
       await waitFor(() => backend.applied.length > 0, 5_000);
       assert.equal(backend.requests[0]?.full, true);
       assert.deepEqual([...backend.requests[0]!.changed], ["default/web:http/TCP"]);
+      assert.equal(backend.syncsBeforeWarmUp, 0, "warmed up while the first lists ran");
       assert.ok(app?.proxier.lastSynced);
 
       const healthPort = app!.healthServer!.addr.port;

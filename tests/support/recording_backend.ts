@@ -36,6 +36,8 @@ export class RecordingBackend implements Backend {
   cleanups = 0;
   /** Number of `checkDrift()` calls. */
   driftChecks = 0;
+  /** Number of syncs requested before `warmUp()` was first called, or undefined until it is. */
+  syncsBeforeWarmUp?: number;
   failWith?: FailureInjector;
   readonly checkDrift?: () => Promise<boolean>;
 
@@ -49,6 +51,12 @@ export class RecordingBackend implements Backend {
         return Promise.resolve(drift());
       };
     }
+  }
+
+  /** Records when it was called, relative to the syncs. */
+  warmUp(): Promise<void> {
+    this.syncsBeforeWarmUp ??= this.requests.length;
+    return Promise.resolve();
   }
 
   /** The last request that succeeded, if any. */

@@ -35,7 +35,11 @@ Deno.test("ListGarbage leaves the garbage of a small list (a Node, the ServiceCI
   const garbage = new ListGarbage(() => collections++);
   garbage.listed(MiB - 1);
   garbage.ended();
-  assert.equal(collections, 0, "a collection costs the whole live heap, whatever a small list left");
+  assert.equal(
+    collections,
+    0,
+    "a collection costs the whole live heap, whatever a small list left",
+  );
   garbage.listed(1);
   garbage.ended();
   assert.equal(collections, 1, "the small list's bytes count toward the next one");

@@ -96,6 +96,48 @@ Deno.test("createNftablesBackend() probes the load guard once and warns when the
   assert.equal(nftCalls(executor).filter((c) => c.args[0] === "-c").length, 1);
 });
 
+Deno.test("createNftablesBackend() warmUp() sets up and checks the load guard, so the first full sync is its load alone", async () => {
+  const executor = new FakeExecutor(refusingProbe);
+  const nft = backend(executor);
+  await nft.warmUp!();
+  const args = () => nftCalls(executor).map((c) => c.args.join(" "));
+  assert.deepEqual(args(), ["-f -", "-c -f -"]);
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  assert.deepEqual(args(), ["-f -", "-c -f -", "-f -"]);
+  assert.equal(tableLoads(executor).length, 1);
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  assert.deepEqual(
+    args(),
+    ["-f -", "-c -f -", "-f -", "-f -", "-f -"],
+    "later full syncs set it up",
+  );
+});
+
+Deno.test("createNftablesBackend() a sync waits for warmUp(); a failed warm-up is the first sync's to redo", async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const executor = new FakeExecutor(async (command) => {
+    if (command.args.join(" ") === "-f -" && executor.calls.length === 1) {
+      await held;
+      return { code: 1, stdout: "", stderr: "Error: Could not process rule: No buffer space" };
+    }
+    return refusingProbe(command);
+  });
+  const nft = backend(executor);
+  const warming = nft.warmUp!();
+  const syncing = nft.sync({ plans: [v4], changed: new Set(), full: true });
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(executor.calls.length, 1, "the sync runs nothing while the guard is being set up");
+  release();
+  await warming;
+  await syncing;
+  assert.deepEqual(
+    nftCalls(executor).map((c) => c.args.join(" ")),
+    ["-f -", "-f -", "-c -f -", "-f -"],
+    "the failed set-up, then the sync's own set-up, check and load",
+  );
+});
+
 Deno.test("createNftablesBackend() partial sync after one endpoint change holds only that service", async () => {
   const executor = new FakeExecutor();
   const nft = backend(executor);
@@ -355,6 +397,26 @@ Deno.test("createNftablesBackend() deletes the replaced tables in the transactio
     );
   }
   assert.doesNotMatch(loads[2]!, /kube-proxy/, "only until the first write succeeds");
+});
+
+Deno.test("createNftablesBackend() warmUp() finds the replaced tables, so the first full sync only loads", async () => {
+  const executor = new FakeExecutor((command) =>
+    isProbe(command) ? tableProbe(command) : refusingProbe(command)
+  );
+  const nft = replacing(executor);
+  await withLogRecords(["kproxy", "nftables"], async (records) => {
+    await nft.warmUp!();
+    const warmUpCalls = executor.calls.length;
+    assert.equal(executor.calls.filter(isProbe).length, 2, "ip and ip6 kube-proxy");
+    await nft.sync({ plans: [v4], changed: new Set(), full: true });
+    assert.deepEqual(
+      executor.calls.slice(warmUpCalls).map((c) => c.args.join(" ")),
+      ["-f -"],
+    );
+    assert.match(tableLoads(executor)[0]!, /\ndelete table ip kube-proxy\n/);
+    const removed = records.filter((r) => /Removed nftables table/.test(r.message.join("")));
+    assert.equal(removed.length, 1, "ip kube-proxy, the one that existed");
+  });
 });
 
 Deno.test("createNftablesBackend() programs only its configured families", async () => {
