@@ -15,8 +15,9 @@
  * {@linkcode GarbageBudget} does the same for other work whose garbage is
  * promoted before it dies (the iptables mode's restore inputs).
  *
- * V8's `gc` is reached without a command-line flag: `--expose-gc` set at run
- * time installs `gc` in contexts created afterwards, such as `node:vm`'s.
+ * V8's `gc` is global with kproxy's V8 flags (`--expose-gc`); without them,
+ * `--expose-gc` set at run time installs a `gc` in contexts created
+ * afterwards, such as `node:vm`'s ({@linkcode fullCollector}).
  *
  * @module
  */
@@ -38,15 +39,33 @@ const BUDGET_SHARE = 1 / 4;
  */
 const MIN_AT_END = 1024 * 1024;
 
-let collect: (() => void) | undefined;
+/**
+ * A full collection: V8's own `gc` when the process runs with `--expose-gc`
+ * (kproxy's V8 flags, `lib/shell/v8_flags.ts`), one mark-compact; else the
+ * `gc` a `node:vm` context gets once `--expose-gc` is set at run time, which
+ * in Deno is a low-memory notification: two mark-compacts or more, each
+ * costing about the live heap (measured with `--trace-gc`).
+ */
+export function fullCollector(
+  scope: { gc?: unknown } = globalThis as { gc?: unknown },
+): () => void {
+  const own = scope.gc;
+  if (typeof own === "function") return () => own();
+  let viaContext: (() => void) | undefined;
+  return () => {
+    if (viaContext === undefined) {
+      v8.setFlagsFromString("--expose-gc");
+      viaContext = vm.runInNewContext("gc") as () => void;
+    }
+    viaContext();
+  };
+}
+
+let sharedCollection: (() => void) | undefined;
 
 function fullCollection(): void {
-  if (collect === undefined) {
-    v8.setFlagsFromString("--expose-gc");
-    const gc = vm.runInNewContext("gc") as () => void;
-    collect = () => gc();
-  }
-  collect();
+  sharedCollection ??= fullCollector();
+  sharedCollection();
 }
 
 /** Options of {@linkcode GarbageBudget}. */

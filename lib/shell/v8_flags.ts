@@ -4,18 +4,24 @@
  * container image's launcher. V8 reads them only as the process starts
  * (`v8.setFlagsFromString` at run time does not resize the young
  * generation), so `deno run main.ts` by hand needs them on its command line:
- * `deno run --v8-flags=--max-semi-space-size=4 …` or `DENO_V8_FLAGS`.
+ * `deno run --v8-flags=--max-semi-space-size=4,--expose-gc …` or `DENO_V8_FLAGS`.
  *
  * A 4 MiB semi-space: left alone, V8 grows each semi-space to 32 MiB under
  * the lists' and the first sync's allocation rate, and that memory stays
  * resident (docs/BENCHMARKS.md, "Profile": 1k services in iptables mode
  * peaked at 167–180 MiB without it, 123–139 MiB with it).
  *
+ * `--expose-gc`: the collections that free list pages and restore inputs
+ * (`list_garbage.ts`) are then one mark-compact each; without the flag they
+ * go through a `node:vm` context's `gc`, which runs two or more (at 10k
+ * Services × 10, ~1 s of the 3.3 s the initial lists take was garbage
+ * collection).
+ *
  * @module
  */
 
 /** V8 flags of every kproxy process a kproxy tool starts. */
-export const V8_FLAGS: readonly string[] = ["--max-semi-space-size=4"];
+export const V8_FLAGS: readonly string[] = ["--max-semi-space-size=4", "--expose-gc"];
 
 /** {@linkcode V8_FLAGS} as one `deno run`/`deno compile` argument. */
 export function v8FlagsArg(): string {

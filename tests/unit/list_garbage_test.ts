@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { GarbageBudget, ListGarbage } from "../../lib/shell/list_garbage.ts";
+import { fullCollector, GarbageBudget, ListGarbage } from "../../lib/shell/list_garbage.ts";
 
 const MiB = 1024 * 1024;
 
@@ -66,4 +66,16 @@ Deno.test("GarbageBudget collects every minBytes, then every share of all bytes 
   assert.equal(collections, 3);
   garbage.settle();
   assert.equal(collections, 3, "nothing since the last collection");
+});
+
+Deno.test("fullCollector() runs V8's own gc when the process has it (--expose-gc: one mark-compact)", () => {
+  let calls = 0;
+  const collect = fullCollector({ gc: () => calls++ });
+  collect();
+  collect();
+  assert.equal(calls, 2);
+});
+
+Deno.test("fullCollector() without a global gc still collects, through a node:vm context", () => {
+  assert.doesNotThrow(() => fullCollector({})());
 });
