@@ -31,7 +31,7 @@ import { ConnectionLimit } from "../shell/connection_limit.ts";
 import { setupLogging } from "../shell/log.ts";
 import { ProxyMetrics } from "../shell/metrics.ts";
 import { registerProcessMetrics } from "../shell/process_metrics.ts";
-import { registerServiceCounters, ServiceCounterReader } from "../shell/service_counters.ts";
+import { serviceCounterExposition, ServiceCounterReader } from "../shell/service_counters.ts";
 import { startMetricsServer } from "../shell/servers.ts";
 import { MODE_PROGRAMS } from "../shell/permissions.ts";
 import type { NodePlans } from "../core/plan.ts";
@@ -381,7 +381,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const counters = config.serviceCounters && backend.readServiceCounters !== undefined
     ? new ServiceCounterReader({ read: () => backend.readServiceCounters!(), clock: systemClock })
     : undefined;
-  if (counters !== undefined) registerServiceCounters(metrics.registry, counters);
+  const counterFamilies = counters === undefined ? [] : [serviceCounterExposition(counters)];
   // One cap over every server: a flood of one cannot take the descriptors the others need.
   const connections = new ConnectionLimit();
   const serviceHealth = new ServiceHealthServers({
@@ -457,6 +457,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
       app.metricsServer = startMetricsServer({
         address: config.metricsBindAddress,
         registry: metrics.registry,
+        families: counterFamilies,
         health,
         metrics,
         signal,
@@ -555,7 +556,7 @@ async function explainCounters(
  * for a new reading (at most one per interval) for the next view.
  */
 function trafficNow(counters: ServiceCounterReader): TrafficSummary {
-  counters.samples().catch(() => {}); // registerServiceCounters logs failures on /metrics
+  counters.samples().catch(() => {}); // serviceCounterExposition logs failures on /metrics
   return summarizeTraffic(counters.traffic(), counters.windowSeconds());
 }
 

@@ -162,6 +162,8 @@ export interface MetricsServerOptions {
   /** `host:port` (`[v6]:port` for IPv6); port 0 picks a free port. */
   address: string;
   registry: Registry;
+  /** Metric families kproxy renders itself, served after the registry's. */
+  families?: readonly (() => Promise<string>)[];
   /** When given, /healthz and /livez are served too, as upstream's metrics server does. */
   health?: ProxyHealth;
   /** Counts /healthz and /livez answers. */
@@ -172,6 +174,15 @@ export interface MetricsServerOptions {
   routes?: Record<string, (request: Request) => Response>;
   /** Shared with kproxy's other servers. @default a limit of its own */
   connections?: ConnectionLimit;
+}
+
+/** The registry's text, then each family's, a blank line between them as prom-client writes. */
+async function exposition(
+  registry: Registry,
+  families: readonly (() => Promise<string>)[],
+): Promise<string> {
+  const texts = await Promise.all([registry.metrics(), ...families.map((family) => family())]);
+  return texts.join("\n");
 }
 
 /**
@@ -192,7 +203,7 @@ export function startMetricsServer(options: MetricsServerOptions): HttpServer {
     handler: (request) => {
       const { pathname } = new URL(request.url);
       if (pathname === "/metrics") {
-        return options.registry.metrics().then((text) =>
+        return exposition(options.registry, options.families ?? []).then((text) =>
           new Response(text, { headers: { "content-type": options.registry.contentType } })
         );
       }
