@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { fullCollector, GarbageBudget, ListGarbage } from "../../lib/shell/list_garbage.ts";
+import {
+  fullCollector,
+  GarbageBudget,
+  ListGarbage,
+  reducingCollector,
+} from "../../lib/shell/list_garbage.ts";
 
 const MiB = 1024 * 1024;
 
@@ -78,4 +83,21 @@ Deno.test("fullCollector() runs V8's own gc when the process has it (--expose-gc
 
 Deno.test("fullCollector() without a global gc still collects, through a node:vm context", () => {
   assert.doesNotThrow(() => fullCollector({})());
+});
+
+Deno.test("ListGarbage collects with collectAtEnd when a list ends, with collect while it goes on", () => {
+  let during = 0;
+  let atEnd = 0;
+  const garbage = new ListGarbage(() => during++, () => atEnd++);
+  for (let i = 0; i < 16; i++) garbage.listed(MiB);
+  garbage.listed(MiB);
+  garbage.ended();
+  assert.deepEqual({ during, atEnd }, { during: 1, atEnd: 1 });
+});
+
+Deno.test("reducingCollector() asks V8's own gc for the memory-reducing last-resort collection", () => {
+  const asked: unknown[] = [];
+  reducingCollector({ gc: (options: unknown) => asked.push(options) })();
+  assert.deepEqual(asked, [{ type: "major", execution: "sync", flavor: "last-resort" }]);
+  assert.doesNotThrow(() => reducingCollector({})());
 });
