@@ -134,8 +134,9 @@ class NftablesBackend implements Backend {
   }
 
   /**
-   * Sets up and checks the load guard (~70 ms of `nft` at start-up: its hook's
-   * registration) and looks for the tables the first full write replaces.
+   * Sets up and checks the load guard (57–131 ms of `nft` at start-up, measured:
+   * its hook's registration) and looks for the tables the first full write
+   * replaces.
    */
   warmUp(): Promise<void> {
     this.#warming ??= Promise.all([
