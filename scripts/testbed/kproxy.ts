@@ -124,8 +124,12 @@ export class FaultyExecutor implements Executor {
     policy: { ...KPROXY_COMMAND_POLICY, sleep: ANY_ARGUMENTS, [MISSING_PROGRAM]: ANY_ARGUMENTS },
   });
   #fault?: { kind: FaultKind; remaining: number; program?: string };
-  /** Loads attempted (faulted or not), in order. */
-  readonly loads: { program: string; fault?: FaultKind; at: number }[] = [];
+  /**
+   * Loads attempted (faulted or not), in order; `guardOnly` when the input
+   * edits only kproxy's nftables load guard (its set-up runs while the first
+   * lists do, `Backend.warmUp`), not a table of Service rules.
+   */
+  readonly loads: { program: string; fault?: FaultKind; at: number; guardOnly: boolean }[] = [];
 
   constructor(options: FaultyExecutorOptions) {
     this.#namespace = options.namespace;
@@ -162,7 +166,12 @@ export class FaultyExecutor implements Executor {
         ? armed.kind
         : undefined;
       if (fault && armed) armed.remaining--;
-      this.loads.push({ program: command.program, fault, at: Date.now() });
+      this.loads.push({
+        program: command.program,
+        fault,
+        at: Date.now(),
+        guardOnly: editsOnlyTheGuard(command),
+      });
       if (fault === "exit") {
         return Promise.resolve({ code: 1, stdout: "", stderr: "injected failure\n" });
       }
@@ -179,6 +188,12 @@ export class FaultyExecutor implements Executor {
       args: ["netns", "exec", this.#namespace, command.program, ...command.args],
     });
   }
+}
+
+/** Whether `command` is an `nft` input whose every line is about `kproxy-guard`. */
+function editsOnlyTheGuard(command: Command): boolean {
+  if (command.program !== "nft" || typeof command.stdin !== "string") return false;
+  return command.stdin.split("\n").every((line) => line === "" || / kproxy-guard\b/.test(line));
 }
 
 function isLoad(command: Command): boolean {
