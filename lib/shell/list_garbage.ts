@@ -138,7 +138,10 @@ export class GarbageBudget {
     this.#collect();
   }
 
-  /** Collects (with `collect`, by default the budget's) what was handled since the last collection, if it is at least `atLeast` (≥ 1) bytes. */
+  /**
+   * Collects what was handled since the last collection, if it is at least
+   * `atLeast` (≥ 1) bytes, with `collect` (by default the budget's).
+   */
   settle(atLeast = 1, collect: () => void = this.#collect): void {
     if (this.#sinceCollection < Math.max(1, atLeast)) return;
     this.#sinceCollection = 0;
