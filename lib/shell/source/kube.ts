@@ -29,6 +29,7 @@ import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import { type ApiConnection, loadApiConnection } from "./kubeconfig.ts";
 import { ListGarbage } from "../list_garbage.ts";
 import { ApiTransport } from "./transport.ts";
+import { BodyReader } from "./body_text.ts";
 import { recordStartingEvent } from "./events.ts";
 import { splitListPage } from "../../core/parse/list_page.ts";
 
@@ -153,18 +154,6 @@ function deletedObject(resource: ResourceSpec, key: string, resourceVersion: str
   const metadata: Json = { name: key.slice(slash + 1), resourceVersion };
   if (namespace !== "") metadata.namespace = namespace;
   return { kind: resource.kind, apiVersion: resource.apiVersion, metadata };
-}
-
-/**
- * A response body as text, decoded piece by piece as it arrives: no buffer of
- * the whole body is ever made, so each received chunk is garbage at once
- * (`Response.text()` gathers every chunk into one more buffer first).
- */
-async function bodyText(response: Response): Promise<string> {
-  if (!response.body) return "";
-  const pieces: string[] = [];
-  for await (const piece of response.body.pipeThrough(new TextDecoderStream())) pieces.push(piece);
-  return pieces.join("");
 }
 
 function describe(error: unknown): string {
@@ -405,6 +394,7 @@ export class KubeSource implements Source {
     signal: AbortSignal,
     onItem: (object: Json) => void,
   ): Promise<{ resourceVersion: string } | null> {
+    const pages = new BodyReader();
     let resourceVersion = "";
     let continueToken = "";
     do {
@@ -423,7 +413,7 @@ export class KubeSource implements Source {
         throw new GoneError("list continuation expired");
       }
       if (response.status !== 200) throw await this.#statusError(response);
-      const text = await bodyText(response);
+      const text = await pages.text(response);
       this.#garbage.listed(text.length);
       const { envelope: list, items } = splitListPage(text);
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
