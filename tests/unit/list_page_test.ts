@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { splitListPage } from "../../lib/core/parse/list_page.ts";
+import { splitListPage, withoutManagedFields } from "../../lib/core/parse/list_page.ts";
 
 /** What `JSON.parse` makes of a list, in the shape splitListPage gives. */
 function wholeParse(text: string): { envelope: unknown; items: unknown[] } {
@@ -74,5 +74,69 @@ Deno.test("splitListPage agrees with JSON.parse on random lists", () => {
       },
     ),
     { numRuns: 300 },
+  );
+});
+
+/** What kproxy reads of an item: everything but metadata.managedFields. */
+function withoutManagedFieldsParsed(text: string): unknown {
+  const item = JSON.parse(text);
+  if (item?.metadata && typeof item.metadata === "object") delete item.metadata.managedFields;
+  return item;
+}
+
+Deno.test("withoutManagedFields cuts metadata.managedFields out of an item's text", () => {
+  const managedFields = [{
+    manager: "kube-controller-manager",
+    operation: "Update",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:metadata": { "f:labels": { ".": {}, "f:x": {} } }, "f:endpoints": {} },
+  }];
+  for (
+    const item of [
+      { metadata: { name: "a", managedFields }, spec: { ports: [{ port: 80 }] } },
+      { metadata: { managedFields, name: "a", labels: { x: "y" } }, spec: {} },
+      { metadata: { managedFields } },
+      { spec: { x: 1 }, metadata: { name: "a", annotations: { n: 'ends "in]' }, managedFields } },
+    ]
+  ) {
+    for (const text of [JSON.stringify(item), JSON.stringify(item, null, 2)]) {
+      const cut = withoutManagedFields(text);
+      assert.ok(!cut.includes("managedFields"), cut);
+      assert.deepEqual(JSON.parse(cut), withoutManagedFieldsParsed(text));
+    }
+  }
+});
+
+Deno.test("withoutManagedFields leaves text alone where the key is not plainly there", () => {
+  for (
+    const text of [
+      '{"metadata":{"name":"a"}}',
+      // A key that only ends in managedFields, and an annotation that holds the word.
+      '{"metadata":{"abc\\"managedFields":[1],"name":"a"}}',
+      '{"metadata":{"annotations":{"x":"\\"managedFields\\":[]"}}}',
+      // Not JSON after the key: JSON.parse reports it.
+      '{"metadata":{"managedFields":[{"a":1}',
+      '{"metadata":{"managedFields":null}}',
+    ]
+  ) {
+    assert.equal(withoutManagedFields(text), text);
+  }
+});
+
+Deno.test("withoutManagedFields keeps any JSON object what JSON.parse makes of it, but for the cut field", () => {
+  fc.assert(
+    fc.property(
+      fc.dictionary(fc.string(), fc.jsonValue()),
+      fc.dictionary(fc.string(), fc.jsonValue()),
+      fc.array(fc.jsonValue(), { maxLength: 3 }),
+      fc.nat(),
+      (rest, metadata, managedFields, at) => {
+        const keys = Object.keys(metadata);
+        const entries = Object.entries(metadata);
+        entries.splice(at % (keys.length + 1), 0, ["managedFields", managedFields]);
+        const text = JSON.stringify({ ...rest, metadata: Object.fromEntries(entries) });
+        assert.deepEqual(JSON.parse(withoutManagedFields(text)), withoutManagedFieldsParsed(text));
+      },
+    ),
   );
 });

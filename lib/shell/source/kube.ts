@@ -31,7 +31,7 @@ import { ListGarbage } from "../list_garbage.ts";
 import { ApiTransport } from "./transport.ts";
 import { BodyReader } from "./body_text.ts";
 import { recordStartingEvent } from "./events.ts";
-import { splitListPage } from "../../core/parse/list_page.ts";
+import { splitListPage, withoutManagedFields } from "../../core/parse/list_page.ts";
 
 const logger = getLogger(["kproxy", "source", "kube"]);
 
@@ -418,7 +418,7 @@ export class KubeSource implements Source {
       const { envelope: list, items } = splitListPage(text);
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
       for (let i = 0; i < items.length; i++) {
-        const item = JSON.parse(items[i]!);
+        const item = JSON.parse(withoutManagedFields(items[i]!));
         items[i] = "";
         if (typeof item !== "object" || item === null || Array.isArray(item)) continue;
         // Items of a list carry no kind/apiVersion; give them their own for consumers.
