@@ -48,6 +48,7 @@ import { countPlans, summarizeTraffic, type TrafficSummary } from "./status/snap
 import { statusHandler } from "./status/handler.ts";
 import { SyncHistory } from "../shell/sync_history.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
+import { StartupRelease } from "../shell/list_garbage.ts";
 import { stableJson, writeStableJson } from "./stable_json.ts";
 
 const logger = getLogger(["kproxy", "app"]);
@@ -399,6 +400,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const conntrack = modeOf(config.proxyMode).reconcilesConntrack
     ? new ConntrackReconciler({ executor, metrics })
     : undefined;
+  const startupRelease = new StartupRelease();
   const proxier = new Proxier({
     backend,
     tracker,
@@ -414,6 +416,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     afterSync: async (sync) => {
       await conntrack?.afterSync(sync);
       await leftovers?.afterSync(sync);
+      startupRelease.afterSync();
     },
   });
   const runner = new BoundedFrequencyRunner({

@@ -164,12 +164,14 @@ export class ListGarbage extends GarbageBudget {
 
   /**
    * `collect` runs a full collection while a list goes on, `collectAtEnd` when
-   * it ends (tests pass counters): by default V8's regular one, and the
-   * memory-reducing one at the end, before the first sync plans and renders.
+   * it ends (tests pass counters): by default V8's regular one for both. The
+   * memory-reducing one waits for the first sync ({@linkcode StartupRelease}):
+   * run at the lists' ends, it gave back pages the first sync's plan and
+   * ruleset text took again at once.
    */
   constructor(collect?: () => void, collectAtEnd?: () => void) {
     super({ minBytes: MIN_BUDGET, share: BUDGET_SHARE, collect: collect ?? fullCollection });
-    this.#collectAtEnd = collectAtEnd ?? collect ?? reducingCollection;
+    this.#collectAtEnd = collectAtEnd ?? collect ?? fullCollection;
   }
 
   /** Records one page of `bytes` read; collects when the budget is spent. */
@@ -177,8 +179,36 @@ export class ListGarbage extends GarbageBudget {
     this.spent(bytes);
   }
 
-  /** A list ended: collects what pages left since the last collection, from 1 MiB up. */
+  /** A list ended: collects what its pages left since the last collection, from 1 MiB up. */
   ended(): void {
     this.settle(MIN_AT_END, this.#collectAtEnd);
+  }
+}
+
+/**
+ * Gives the heap pages the start-up emptied back to the system, once: after
+ * the first sync, when the list pages and the first ruleset's text are
+ * garbage and what stays is the state kproxy keeps.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const release = new StartupRelease();
+ * release.afterSync(); // after every applied sync; collects after the first
+ * ```
+ */
+export class StartupRelease {
+  #done = false;
+  readonly #collect: () => void;
+
+  /** @param collect the memory-reducing collection (tests pass a counter). */
+  constructor(collect: () => void = reducingCollection) {
+    this.#collect = collect;
+  }
+
+  /** Collects after the first applied sync; does nothing after later ones. */
+  afterSync(): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#collect();
   }
 }

@@ -4,6 +4,7 @@ import {
   GarbageBudget,
   ListGarbage,
   reducingCollector,
+  StartupRelease,
 } from "../../lib/shell/list_garbage.ts";
 
 const MiB = 1024 * 1024;
@@ -100,4 +101,14 @@ Deno.test("reducingCollector() asks V8's own gc for the memory-reducing last-res
   reducingCollector({ gc: (options: unknown) => asked.push(options) })();
   assert.deepEqual(asked, [{ type: "major", execution: "sync", flavor: "last-resort" }]);
   assert.doesNotThrow(() => reducingCollector({})());
+});
+
+Deno.test("StartupRelease runs its memory-reducing collection after the first sync only", () => {
+  let reductions = 0;
+  const release = new StartupRelease(() => reductions++);
+  assert.equal(reductions, 0);
+  release.afterSync();
+  release.afterSync();
+  release.afterSync();
+  assert.equal(reductions, 1);
 });
