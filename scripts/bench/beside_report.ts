@@ -42,6 +42,17 @@ function value(row: BesideRow | undefined, measure: BesideMeasure): number | und
   }
 }
 
+/** The fastest of a row's runs for a time measure: a median met only against slow runs is not robust. */
+function fastestRun(row: BesideRow, measure: BesideMeasure): number | undefined {
+  const runs = measure === "firstSync"
+    ? row.firstSyncRunsMs
+    : measure === "change"
+    ? row.changeRunsMs
+    : undefined;
+  const known = (runs ?? []).filter((run): run is number => run !== null && run > 0);
+  return known.length === 0 ? undefined : Math.min(...known);
+}
+
 function cell(row: BesideRow | undefined, measure: BesideMeasure): string {
   if (row === undefined) return "not run";
   if (row.firstSyncMs === undefined && measure !== "peak") {
@@ -189,7 +200,13 @@ export function besideTargets(beside: BesideResults): string {
     }
     const shown = (ours / theirs).toFixed(2) + "×" +
       (timedOut ? " (kube-proxy's at its time-out)" : "");
-    return [name, goal, shown, ours / theirs <= target.goal ? "met" : "**missed**"];
+    if (ours / theirs > target.goal) return [name, goal, shown, "**missed**"];
+    const fastest = fastestRun(kubeProxy, target.measure);
+    if (fastest !== undefined && ours / fastest > target.goal) {
+      const against = `${(ours / fastest).toFixed(2)}× against kube-proxy's fastest run`;
+      return [name, goal, `${shown} (${against})`, "met by the median only"];
+    }
+    return [name, goal, shown, "met"];
   });
   return markdownTable(["target", "goal", "kproxy / kube-proxy", "verdict"], rows);
 }
