@@ -32,6 +32,13 @@ import {
   startRealApiserver,
   stopProcess,
 } from "./real_apiserver.ts";
+import { untilIdle } from "./idle.ts";
+
+/**
+ * A run starts once fewer cores than this were busy over a second: after a
+ * load the apiserver and etcd keep working for a while.
+ */
+const QUIET_CORES = 0.3;
 
 /** The two proxies measured. */
 export type Proxy = "kproxy" | "kube-proxy";
@@ -448,12 +455,15 @@ export async function benchBeside(
         results.loads.push(load);
         loaded = services;
         log(`loaded ${load.created} services (to ${services}) in ${(load.ms / 1000).toFixed(1)} s`);
+        const settled = await untilIdle({ maxBusyCores: QUIET_CORES, timeoutMs: 120_000 });
+        log(`quiet after ${(settled.waitedMs / 1000).toFixed(1)} s`);
         for (const mode of options.modes) {
           const done: Record<Proxy, ProxyRun[]> = { kproxy: [], "kube-proxy": [] };
           for (let run = 0; run < runs; run++) {
             for (const proxy of proxies) {
               if (gaveUp.has(`${proxy} ${mode}`)) continue;
               changes++;
+              await untilIdle({ maxBusyCores: QUIET_CORES, timeoutMs: 15_000 });
               const runLog = `${logDir}/${proxy}-${mode}-${services}-${run}.log`;
               const result = await proxyRun({
                 api,
