@@ -361,8 +361,12 @@ class IptablesBackend implements Backend {
       keep: options.keepChains,
       owner: "iptables mode",
     });
-    const listed = await this.#listNfacct().catch(() => new Map<string, number>());
-    await this.#deleteNfacct([...listed.keys()].filter((name) => NFACCT_NAME.test(name)));
+    const counters = this.#listNfacct().catch(() => new Map<string, number>())
+      .then((listed) =>
+        this.#deleteNfacct([...listed.keys()].filter((name) => NFACCT_NAME.test(name)))
+      );
+    if (options.defer) options.defer(counters);
+    else await counters;
   }
 
   async #resolveVariant(): Promise<IptablesVariant> {

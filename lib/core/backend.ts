@@ -79,6 +79,12 @@ export interface CleanupOptions {
    * kept, with the jumps to them. @default none
    */
   keepChains?: (table: string, chain: string) => boolean;
+  /**
+   * Takes work that may end after `cleanup` returns: deleting the iptables
+   * mode's counters, which no other mode uses, one `nfacct` process each (10k
+   * Services: tens of seconds). By default `cleanup` waits for it.
+   */
+  defer?: (work: Promise<void>) => void;
 }
 
 /** A proxy mode: nftables, iptables, ipvs or kernelspace. */

@@ -41,6 +41,7 @@ export class LeftoverRemoval {
   readonly #config: Config;
   readonly #executor: Executor;
   #pending: ProxyMode[];
+  #deferred: Promise<void>[] = [];
 
   constructor(options: LeftoverRemovalOptions) {
     this.#config = options.config;
@@ -64,7 +65,7 @@ export class LeftoverRemoval {
     for (const mode of modes) {
       try {
         const other = await createBackend(mode, { executor: this.#executor, config: this.#config });
-        await other.cleanup({ keepChains });
+        await other.cleanup({ keepChains, defer: (work) => this.#defer(mode, work) });
       } catch (error) {
         failed.push(mode);
         logger.warn(
@@ -80,6 +81,21 @@ export class LeftoverRemoval {
     if (failed.length === 0) {
       logger.debug("Leftovers of the {modes} modes checked", { modes: modes.join(", ") });
     }
+  }
+
+  /** Resolves once the work the removals left running (counter deletions) has ended. */
+  async settled(): Promise<void> {
+    while (this.#deferred.length > 0) await Promise.all(this.#deferred.splice(0));
+  }
+
+  /** Lets `work` run on after the sync that started it; a failure is logged. */
+  #defer(mode: ProxyMode, work: Promise<void>): void {
+    this.#deferred.push(work.catch((error) => {
+      logger.warn("Cannot remove the counters the {mode} mode left behind: {error}", {
+        mode,
+        error,
+      });
+    }));
   }
 }
 

@@ -107,3 +107,50 @@ Deno.test("LeftoverRemoval retries a mode that failed after the next full sync o
   await removal.afterSync({ full: true });
   assert.deepEqual(removal.pending, []);
 });
+
+Deno.test("LeftoverRemoval deletes the iptables mode's counters without holding the sync loop", async () => {
+  const names = [
+    "KP-CONN4-AAAAAAAAAAAAAAAA",
+    "KP-NOEP4-BBBBBBBBBBBBBBBB",
+    "KP-CONN6-CCCCCCCCCCCCCCCC",
+  ];
+  const zero = "00000000000000000000";
+  const listed = [...names, "localhost_nps_accepted_pkts"]
+    .map((name) => `{ pkts = ${zero}, bytes = ${zero} } = ${name};`)
+    .join("\n");
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const executor = new FakeExecutor(async (command) => {
+    if (command.program === "nfacct" && command.args[0] === "list") {
+      return { code: 0, stdout: listed, stderr: "" };
+    }
+    if (command.program === "nfacct" && command.args[0] === "del") await held;
+    if (command.program === "ip") return { code: 1, stdout: "", stderr: "no kube-ipvs0" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+  const deleted = () =>
+    executor.calls.filter((call) => call.program === "nfacct" && call.args[0] === "del")
+      .map((call) => call.args[1]);
+  const removal = new LeftoverRemoval({
+    config: { ...defaultConfig("node-a"), proxyMode: "nftables" },
+    executor,
+  });
+  // One nfacct process per object (nfacct has no batch delete): 10k Services held the next sync for tens of seconds.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stuck = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error("afterSync waited for the deletions")), 5000);
+  });
+  try {
+    await Promise.race([removal.afterSync({ full: true }), stuck]);
+  } finally {
+    clearTimeout(timer);
+  }
+  assert.deepEqual(removal.pending, []);
+  assert.ok(
+    deleted().length <= 1,
+    "the deletions wait behind the first one; the sync loop goes on",
+  );
+  release();
+  await removal.settled();
+  assert.deepEqual(deleted(), names, "kube-proxy's own counter is left alone");
+});
