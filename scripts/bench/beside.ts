@@ -206,12 +206,14 @@ async function inNamespace(namespace: string, script: string): Promise<string> {
   return new TextDecoder().decode(out.stdout);
 }
 
-/** Removes every rule from `namespace`: nf_tables (nftables, iptables-nft) and legacy iptables. */
+/** Removes every rule from `namespace` (nf_tables: nftables, iptables-nft; legacy iptables) and every nfacct counter. */
 async function flushRules(namespace: string): Promise<void> {
   await inNamespace(
     namespace,
     "nft flush ruleset; for t in $(cat /proc/net/ip_tables_names 2>/dev/null); do " +
-      "iptables-legacy -t $t -F; iptables-legacy -t $t -X; done",
+      "iptables-legacy -t $t -F; iptables-legacy -t $t -X; done; " +
+      // The iptables modes' counters: left, the next proxy's takeover would remove them.
+      "nfacct flush 2>/dev/null || true",
   );
 }
 
