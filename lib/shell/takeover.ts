@@ -41,7 +41,7 @@ export class LeftoverRemoval {
   readonly #config: Config;
   readonly #executor: Executor;
   #pending: ProxyMode[];
-  #deferred: Promise<void>[] = [];
+  readonly #running = new Set<Promise<void>>();
 
   constructor(options: LeftoverRemovalOptions) {
     this.#config = options.config;
@@ -83,19 +83,27 @@ export class LeftoverRemoval {
     }
   }
 
+  /** How many of the removals' deferred works (counter deletions) are still running. */
+  get running(): number {
+    return this.#running.size;
+  }
+
   /** Resolves once the work the removals left running (counter deletions) has ended. */
   async settled(): Promise<void> {
-    while (this.#deferred.length > 0) await Promise.all(this.#deferred.splice(0));
+    while (this.#running.size > 0) await Promise.all(this.#running);
   }
 
   /** Lets `work` run on after the sync that started it; a failure is logged. */
   #defer(mode: ProxyMode, work: Promise<void>): void {
-    this.#deferred.push(work.catch((error) => {
-      logger.warn("Cannot remove the counters the {mode} mode left behind: {error}", {
-        mode,
-        error,
-      });
-    }));
+    const running: Promise<void> = work
+      .catch((error) => {
+        logger.warn("Cannot remove the counters the {mode} mode left behind: {error}", {
+          mode,
+          error,
+        });
+      })
+      .finally(() => this.#running.delete(running));
+    this.#running.add(running);
   }
 }
 

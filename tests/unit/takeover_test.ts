@@ -150,7 +150,36 @@ Deno.test("LeftoverRemoval deletes the iptables mode's counters without holding 
     deleted().length <= 1,
     "the deletions wait behind the first one; the sync loop goes on",
   );
+  assert.equal(removal.running, 1);
   release();
   await removal.settled();
   assert.deepEqual(deleted(), names, "kube-proxy's own counter is left alone");
+  assert.equal(removal.running, 0);
+});
+
+Deno.test("LeftoverRemoval holds no deletion once it has ended", async () => {
+  const executor = new FakeExecutor((command) => {
+    if (command.program === "nfacct" && command.args[0] === "list") {
+      return {
+        code: 0,
+        stdout: "{ pkts = 0, bytes = 0 } = KP-CONN4-AAAAAAAAAAAAAAAA;",
+        stderr: "",
+      };
+    }
+    if (command.program === "nfacct" && command.args[0] === "del") {
+      return { code: 1, stdout: "", stderr: "busy" };
+    }
+    if (command.program === "ip") return { code: 1, stdout: "", stderr: "no kube-ipvs0" };
+    return { code: 0, stdout: "", stderr: "" };
+  });
+  const removal = new LeftoverRemoval({
+    config: { ...defaultConfig("node-a"), proxyMode: "nftables" },
+    executor,
+  });
+  await removal.afterSync({ full: true });
+  const ended = () =>
+    executor.calls.some((call) => call.program === "nfacct" && call.args[0] === "del");
+  while (!ended()) await new Promise((resolve) => setTimeout(resolve, 1));
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(removal.running, 0, "a long-running proxy keeps no settled deletion");
 });
