@@ -369,8 +369,17 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     new DenoExecutor({ allowedPrograms: MODE_PROGRAMS[config.proxyMode] });
   let backend: Backend;
   ({ config, backend } = await preflightBackend(config, executor, options));
-  await nodeSetupOf(config, options)?.(config, executor);
-  const source = options.source ?? await createSource(config);
+  // The sysctls and the OOM score (a few processes) go on while the lists run; the first sync waits.
+  const nodeSetUp = nodeSetupOf(config, options)?.(config, executor) ?? Promise.resolve();
+  let nodeSetUpFailure: { error: unknown } | undefined;
+  nodeSetUp.catch((error) => (nodeSetUpFailure = { error }));
+  let source: Source;
+  try {
+    source = options.source ?? await createSource(config);
+  } catch (error) {
+    await nodeSetUp;
+    throw error;
+  }
   // Program first, then clean: other modes' rules go once kproxy's first sync is in.
   const leftovers = options.backend
     ? undefined
@@ -413,6 +422,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     requestSync: () => runner.run(),
     serviceHealth,
     history,
+    beforeApply: () => startupRelease.beforeApply(),
     afterSync: async (sync) => {
       await conntrack?.afterSync(sync);
       await leftovers?.afterSync(sync);
@@ -422,7 +432,8 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
   const runner = new BoundedFrequencyRunner({
     name: "sync-proxy-rules",
     fn: async () => {
-      await proxier.sync();
+      await nodeSetUp.catch(() => {});
+      if (nodeSetUpFailure === undefined) await proxier.sync();
     },
     minIntervalMs: minSyncPeriodMs,
     maxIntervalMs: Math.max(syncPeriodMs, minSyncPeriodMs),
@@ -495,6 +506,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
         address: formatAddress(app.metricsServer.addr),
       });
     }
+    nodeSetUp.catch(stop);
     // As kube-proxy, once the servers are up; best effort, never awaited.
     void source.recordStarting?.(signal);
     const looping = runner.loop(signal);
@@ -509,7 +521,9 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     if (!signal.aborted) {
       await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
     }
-    startupLogger.info("Stopping; the installed rules stay in place");
+    if (nodeSetUpFailure === undefined) {
+      startupLogger.info("Stopping; the installed rules stay in place");
+    }
     await Promise.all([looping, watching]);
   } finally {
     stop();
@@ -521,6 +535,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
       serviceHealth.close(),
     ]);
   }
+  if (nodeSetUpFailure !== undefined) throw nodeSetUpFailure.error;
   return exitCode;
 }
 

@@ -206,6 +206,94 @@ Deno.test("main() stops with status 1 when the node cannot be set up, before pro
   assert.match(stderr.join(""), /Cannot set conntrack parameters/);
 });
 
+/** Servers on loopback ports of the kernel's choosing: a test takes no node's port. */
+const LOOPBACK_SERVERS = [
+  "--healthz-bind-address=127.0.0.1:0",
+  "--metrics-bind-address=127.0.0.1:0",
+];
+
+Deno.test("main() lists while the node is set up; the first sync waits for the set-up", async () => {
+  const { main } = await import("../../lib/commands/app.ts");
+  const { RecordingBackend } = await import("../support/recording_backend.ts");
+  const backend = new RecordingBackend({ mode: "nftables" });
+  const controller = new AbortController();
+  let finishSetUp = () => {};
+  const setUp = new Promise<void>((resolve) => (finishSetUp = resolve));
+  let listed = () => {};
+  const listing = new Promise<void>((resolve) => (listed = resolve));
+  const source = {
+    start(listener: (event: { type: "synced" }) => void, signal: AbortSignal) {
+      listener({ type: "synced" });
+      listed();
+      return new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
+    },
+  };
+  const exitCode = main(["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS], {
+    backend,
+    source,
+    setUpNode: () => setUp,
+    serviceHealthHostname: "127.0.0.1",
+    signal: controller.signal,
+    handleSignals: false,
+    setupLogging: false,
+    env: { readTextFile: () => "", hostname: () => "node-a" },
+    io: { stdout: () => {}, stderr: () => {} },
+  } as Parameters<typeof main>[1]);
+  try {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      listing,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the lists waited for the node set-up")), 5000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(backend.applied.length, 0, "no sync before the node is set up");
+    finishSetUp();
+    const deadline = Date.now() + 5000;
+    while (backend.applied.length === 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    assert.equal(backend.applied.length, 1, "the first sync once the node is set up");
+  } finally {
+    finishSetUp();
+    controller.abort();
+  }
+  assert.equal(await exitCode, 0);
+});
+
+Deno.test("main() stops with status 1 when the node set-up fails while the lists run", async () => {
+  const { main } = await import("../../lib/commands/app.ts");
+  const { RecordingBackend } = await import("../support/recording_backend.ts");
+  const backend = new RecordingBackend({ mode: "nftables" });
+  const stderr: string[] = [];
+  let failSetUp: (error: Error) => void = () => {};
+  const setUp = new Promise<void>((_, reject) => (failSetUp = reject));
+  const source = {
+    start(listener: (event: { type: "synced" }) => void, signal: AbortSignal) {
+      listener({ type: "synced" });
+      setTimeout(
+        () => failSetUp(new Error("Cannot set conntrack parameters from the configuration: no")),
+        20,
+      );
+      return new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
+    },
+  };
+  const code = await main(["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS], {
+    backend,
+    source,
+    setUpNode: () => setUp,
+    serviceHealthHostname: "127.0.0.1",
+    handleSignals: false,
+    setupLogging: false,
+    env: { readTextFile: () => "", hostname: () => "node-a" },
+    io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+  } as Parameters<typeof main>[1]);
+  assert.equal(code, 1);
+  assert.match(stderr.join(""), /Cannot set conntrack parameters/);
+  assert.equal(backend.applied.length, 0, "nothing programmed on a node that could not be set up");
+});
+
 Deno.test("main() --init-only sets the node up and exits 0 without proxying", async () => {
   const { main } = await import("../../lib/commands/app.ts");
   let calls = 0;
