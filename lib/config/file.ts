@@ -5,7 +5,7 @@
  * @module
  */
 
-import { parse as parseYaml } from "yaml";
+import { parseYamlDocument } from "../core/yaml.ts";
 import { parseIP } from "../core/ip.ts";
 import type { Config } from "./types.ts";
 import {
@@ -362,7 +362,7 @@ export function applyConfigFile(
 ): void {
   let document: unknown;
   try {
-    document = parseYaml(text);
+    document = parseYamlDocument(text);
   } catch (error) {
     const detail = (error instanceof Error ? error.message : String(error)).split("\n")[0];
     throw new ConfigError("--config", `Cannot parse --config ${quote(context.path)}: ${detail}`);

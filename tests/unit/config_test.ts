@@ -680,6 +680,14 @@ const ERROR_CASES: [string, string[], string | undefined, string, RegExp?][] = [
   ["--node outside explain", ["--node=n1"], undefined, "--node", /explain/],
   ["missing config file", ["--config=/nope"], undefined, "--config", /Cannot read/],
   ["YAML syntax error", ["--config=/c"], "mode: [\n", "--config"],
+  ["YAML syntax error at its line", ["--config=/c"], "mode: ok\nx: [\n", "--config", /line 3/],
+  [
+    "duplicate key",
+    ["--config=/c"],
+    HEADER + "mode: nftables\nmode: iptables\n",
+    "--config",
+    /duplicate/,
+  ],
   ["not a map", ["--config=/c"], "- a\n- b\n", "--config"],
   [
     "wrong apiVersion",

@@ -16,7 +16,7 @@
 import { joinHostPort } from "../../core/ip.ts";
 import { dirname, isAbsolute, join } from "node:path";
 import { getLogger } from "@logtape/logtape";
-import { parse as parseYaml } from "yaml";
+import { parseYamlDocument } from "../../core/yaml.ts";
 import { systemClock } from "../clock.ts";
 
 const logger = getLogger(["kproxy", "source", "kubeconfig"]);
@@ -200,7 +200,7 @@ export function parseKubeconfig(text: string, path: string): KubeconfigContext {
   const where = `kubeconfig ${path}`;
   let document: unknown;
   try {
-    document = parseYaml(text);
+    document = parseYamlDocument(text);
   } catch (error) {
     throw new Error(`${where}: ${error instanceof Error ? error.message : error}`);
   }

@@ -11,6 +11,7 @@
  */
 
 import { loadAll, YAMLException } from "js-yaml";
+import { safeYamlReason } from "../../core/yaml.ts";
 
 /** An API object as read from a manifest: field names as in the API. */
 export type ManifestObject = Record<string, unknown>;
@@ -46,11 +47,6 @@ function countLines(text: string): number {
 }
 
 /** The fixed text of a js-yaml reason: what follows a quote, a tag or a colon can come from the file. */
-function safeReason(reason: string): string {
-  const cut = reason.search(/["'`]|!<|: /);
-  return (cut < 0 ? reason : reason.slice(0, cut)).trim() || "invalid YAML";
-}
-
 function parseError(file: string, line: number, column: number, problem: string): SyntaxError {
   return new SyntaxError(`Cannot parse ${file}:${line}:${column}: ${problem}`);
 }
@@ -124,7 +120,7 @@ function loadOne(text: string, file: string, line: number): unknown {
   } catch (error) {
     if (!(error instanceof YAMLException)) throw error;
     const at = line + (error.mark?.line ?? 0) + 1;
-    throw parseError(file, at, (error.mark?.column ?? 0) + 1, safeReason(error.reason));
+    throw parseError(file, at, (error.mark?.column ?? 0) + 1, safeYamlReason(error.reason));
   }
   if (values.length > 1) {
     throw parseError(file, line + 1, 1, "an entry holds more than one document");
@@ -170,7 +166,7 @@ function* loadYaml(text: string, file: string): Generator<{ value: unknown; line
     } catch (error) {
       if (!(error instanceof YAMLException)) throw error;
       const line = document.line + (error.mark?.line ?? 0) + 1;
-      throw parseError(file, line, (error.mark?.column ?? 0) + 1, safeReason(error.reason));
+      throw parseError(file, line, (error.mark?.column ?? 0) + 1, safeYamlReason(error.reason));
     }
     for (const value of values) yield { value, line: document.line + 1 };
   }
