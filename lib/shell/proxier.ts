@@ -84,6 +84,8 @@ export interface ProxierOptions {
   fullSyncPeriodMs?: number;
   /** Called when a sync is needed (wire it to the runner's `run()`). */
   requestSync?: () => void;
+  /** Runs once a sync is planned, right before the backend applies it. */
+  beforeApply?: (sync: { full: boolean }) => void;
   /** Runs after each successful sync (stale UDP conntrack cleanup); failures are logged. */
   afterSync?: (sync: AppliedSync) => Promise<void>;
   /** Health-check node port servers to keep in step with the plans. */
@@ -120,6 +122,7 @@ export class Proxier {
   readonly #fullSyncPeriodMs: number;
   readonly #requestSync: () => void;
   readonly #serviceHealth?: ServiceHealthSink;
+  readonly #beforeApply?: (sync: { full: boolean }) => void;
   readonly #afterSync?: (sync: AppliedSync) => Promise<void>;
   readonly #families: readonly PlanFamily[];
   readonly #clock: Pick<Clock, "now" | "wallNow">;
@@ -145,6 +148,7 @@ export class Proxier {
     this.#fullSyncPeriodMs = options.fullSyncPeriodMs ?? options.syncPeriodMs;
     this.#requestSync = options.requestSync ?? (() => {});
     this.#serviceHealth = options.serviceHealth;
+    this.#beforeApply = options.beforeApply;
     this.#afterSync = options.afterSync;
     this.#families = options.families ?? ["ipv4", "ipv6"];
     this.#clock = options.clock ?? systemClock;
@@ -247,6 +251,7 @@ export class Proxier {
 
     let result: SyncResult;
     try {
+      this.#beforeApply?.({ full });
       result = await this.#backend.sync({ plans, changed, full });
     } catch (error) {
       this.#needFull = true;

@@ -103,6 +103,26 @@ Deno.test("reducingCollector() asks V8's own gc for the memory-reducing last-res
   assert.doesNotThrow(() => reducingCollector({})());
 });
 
+Deno.test("StartupRelease collects before the first sync is applied, when the lists left a large heap", async (t) => {
+  const cases: [string, number, number][] = [
+    ["1k Services: a small heap, nothing to gain", 20 * 2 ** 20, 0],
+    ["10k Services: the plan's garbage goes before the ruleset is rendered", 90 * 2 ** 20, 1],
+  ];
+  for (const [name, heapBytes, want] of cases) {
+    await t.step(name, () => {
+      let collections = 0;
+      const release = new StartupRelease(() => {}, {
+        collect: () => collections++,
+        heapUsed: () => heapBytes,
+      });
+      release.beforeApply();
+      release.afterSync();
+      release.beforeApply();
+      assert.equal(collections, want, "once, before the first sync only");
+    });
+  }
+});
+
 Deno.test("StartupRelease runs its memory-reducing collection after the first sync only", () => {
   let reductions = 0;
   const release = new StartupRelease(() => reductions++);

@@ -431,6 +431,36 @@ Deno.test("Proxier.sync() runs afterSync with the applied change and survives it
   ]);
 });
 
+Deno.test("Proxier.sync() runs beforeApply once planned, before the backend applies", async () => {
+  const seen: string[] = [];
+  const backend = new RecordingBackend({ mode: "nftables" });
+  const tracker = new FakeTracker();
+  const proxier = new Proxier({
+    backend,
+    tracker,
+    plannerOptions,
+    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
+    metrics: new ProxyMetrics(),
+    syncPeriodMs: 30_000,
+    families: ["ipv4"],
+    beforeApply: (sync) =>
+      seen.push(`before ${sync.full ? "full" : "partial"}, ${backend.applied.length} applied`),
+    afterSync: () => (seen.push("after"), Promise.resolve()),
+  });
+  tracker.set(service("dns", "10.96.0.53"), ["10.244.0.5"]);
+  proxier.onEvent({ type: "synced" });
+  await proxier.sync();
+  tracker.set(service("dns", "10.96.0.53"), ["10.244.0.6"]);
+  await proxier.sync();
+  assert.equal((await proxier.sync()).kind, "unchanged");
+  assert.deepEqual(seen, [
+    "before full, 0 applied",
+    "after",
+    "before partial, 1 applied",
+    "after",
+  ]);
+});
+
 Deno.test("Proxier, runner and health keep their schedule when the wall clock steps", async (t) => {
   const T0 = Date.UTC(2026, 0, 1);
   const HOUR = 3_600_000;
