@@ -106,6 +106,8 @@ export interface RecordedRequest {
   path: string;
   params: Record<string, string>;
   authorization: string | null;
+  /** The Accept-Encoding header, or null. */
+  acceptEncoding: string | null;
 }
 
 /** Options for {@linkcode FakeApiServer.start}. */
@@ -499,6 +501,7 @@ export class FakeApiServer {
       path: url.pathname,
       params,
       authorization: request.headers.get("authorization"),
+      acceptEncoding: request.headers.get("accept-encoding"),
     });
     if (this.#delayMs > 0) await new Promise((r) => setTimeout(r, this.#delayMs));
     if (this.#failures.count > 0) {

@@ -403,7 +403,7 @@ export class KubeSource implements Source {
       if (resource.fieldSelector) query.set("fieldSelector", resource.fieldSelector);
       if (this.#pageSize > 0) query.set("limit", String(this.#pageSize));
       if (continueToken !== "") query.set("continue", continueToken);
-      const response = await this.#request(`${resource.path}?${query}`, signal);
+      const response = await this.#request(`${resource.path}?${query}`, signal, true);
       if (response.status === 404 && resource.optional) {
         await response.body?.cancel();
         return null;
@@ -524,7 +524,7 @@ export class KubeSource implements Source {
     );
   }
 
-  async #request(pathAndQuery: string, signal: AbortSignal): Promise<Response> {
+  async #request(pathAndQuery: string, signal: AbortSignal, compressed = false): Promise<Response> {
     const credentials = await this.#connection.credentials();
     const url = `${this.#connection.server}${pathAndQuery}`;
     if (url.startsWith("https:") && credentials.insecureSkipTLSVerify && !this.#warnedInsecure) {
@@ -537,6 +537,7 @@ export class KubeSource implements Source {
       headers: { Accept: "application/json", ...credentials.headers },
       signal,
       tls: { ca, cert, key },
+      compressed,
     });
   }
 }

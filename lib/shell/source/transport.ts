@@ -10,12 +10,19 @@
  * (`rejectUnauthorized`), so `NODE_TLS_REJECT_UNAUTHORIZED=0` cannot turn it
  * off. Responses come back as web {@linkcode Response}s.
  *
+ * Lists ask for a gzip body, as client-go does (Go's transport asks by
+ * default): a tenth of the bytes go through TLS and node's streams, whose
+ * pieces, freed only by the next collections, had left ~50 MiB of glibc heap
+ * behind the 64 MB of a 10k-Service list (docs/BENCHMARKS.md). Watches do not
+ * ask, so no event waits in a compressor.
+ *
  * @module
  */
 
 import http from "node:http";
 import https from "node:https";
-import { Readable } from "node:stream";
+import { pipeline, Readable } from "node:stream";
+import zlib from "node:zlib";
 
 /** PEM material of one TLS client: the CA to trust and an optional client certificate. */
 export interface TlsMaterial {
@@ -31,6 +38,8 @@ export interface ApiRequest {
   headers: Record<string, string>;
   signal: AbortSignal;
   tls: TlsMaterial;
+  /** Ask for a gzip-compressed body (lists); the Response carries the decoded bytes. */
+  compressed?: boolean;
 }
 
 /** A request with a method and body (JSON text), for {@linkcode ApiTransport.send}. */
@@ -42,16 +51,30 @@ export interface ApiWrite extends ApiRequest {
 /** Statuses whose Response may not carry a body. */
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
+/** Bytes of decoded body per piece a gzip body is read in: few pieces per page. */
+const GUNZIP_CHUNK = 256 * 1024;
+
+/** The body of a node response, decoded when it came gzip-compressed. */
+function decodedBody(incoming: http.IncomingMessage): Readable {
+  if (incoming.headers["content-encoding"] !== "gzip") return incoming;
+  // pipeline: a cut connection or an abort (destroying `incoming`) fails the decoder too.
+  return pipeline(incoming, zlib.createGunzip({ chunkSize: GUNZIP_CHUNK }), () => {});
+}
+
 /** A web Response streaming a node response's body. */
 function toResponse(incoming: http.IncomingMessage): Response {
   const status = incoming.statusCode ?? 0;
   const headers = new Headers();
+  const gzip = incoming.headers["content-encoding"] === "gzip";
   for (const [name, value] of Object.entries(incoming.headers)) {
-    if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(", ") : value);
+    if (value === undefined) continue;
+    // The encoding and length describe the bytes on the wire, not the decoded body.
+    if (gzip && (name === "content-encoding" || name === "content-length")) continue;
+    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
   }
   let body: ReadableStream<Uint8Array> | null = null;
   if (NULL_BODY_STATUSES.has(status)) incoming.resume();
-  else body = Readable.toWeb(incoming) as ReadableStream<Uint8Array>;
+  else body = Readable.toWeb(decodedBody(incoming)) as ReadableStream<Uint8Array>;
   return new Response(body, { status, statusText: incoming.statusMessage ?? "", headers });
 }
 
@@ -98,7 +121,10 @@ export class ApiTransport {
     return new Promise((resolve, reject) => {
       // Deno's node:http misses an abort that comes while the response is
       // awaited, so the signal is handled here rather than passed on.
-      const outgoing = client.request(request.url, { method, agent, headers: request.headers });
+      const headers = request.compressed
+        ? { ...request.headers, "Accept-Encoding": "gzip" }
+        : request.headers;
+      const outgoing = client.request(request.url, { method, agent, headers });
       let incoming: http.IncomingMessage | undefined;
       const abort = () => {
         outgoing.destroy(signal.reason);

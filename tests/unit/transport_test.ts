@@ -1,0 +1,120 @@
+import assert from "node:assert/strict";
+import { ApiTransport } from "../../lib/shell/source/transport.ts";
+
+const PAGE = JSON.stringify({
+  kind: "ServiceList",
+  items: Array(2000).fill({ a: "x".repeat(50) }),
+});
+
+async function gzip(text: string): Promise<Uint8Array<ArrayBuffer>> {
+  const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+/** A loopback server answering every GET with `respond`; records each request's Accept-Encoding. */
+async function withServer(
+  respond: (request: Request) => Response | Promise<Response>,
+  fn: (url: string, seen: (string | null)[]) => Promise<void>,
+): Promise<void> {
+  const seen: (string | null)[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    seen.push(request.headers.get("accept-encoding"));
+    return respond(request);
+  });
+  const transport = new ApiTransport();
+  try {
+    await fn(`http://127.0.0.1:${server.addr.port}/api/v1/services`, seen);
+  } finally {
+    transport.close();
+    await server.shutdown();
+  }
+}
+
+function get(transport: ApiTransport, url: string, compressed: boolean, signal?: AbortSignal) {
+  return transport.get({
+    url,
+    headers: { Accept: "application/json" },
+    signal: signal ?? AbortSignal.timeout(10_000),
+    tls: {},
+    compressed,
+  });
+}
+
+Deno.test("ApiTransport asks for a gzip body when told to and hands back the decoded bytes", async () => {
+  const body = await gzip(PAGE);
+  await withServer(
+    (request) =>
+      request.headers.get("accept-encoding") === "gzip"
+        ? new Response(body, { headers: { "content-encoding": "gzip" } })
+        : new Response(PAGE),
+    async (url, seen) => {
+      const transport = new ApiTransport();
+      try {
+        const compressed = await get(transport, url, true);
+        assert.equal(compressed.headers.get("content-encoding"), null);
+        assert.equal(await compressed.text(), PAGE);
+        const plain = await get(transport, url, false);
+        assert.equal(await plain.text(), PAGE);
+        assert.deepEqual(seen, ["gzip", null], "a watch (not compressed) does not ask");
+      } finally {
+        transport.close();
+      }
+    },
+  );
+});
+
+Deno.test("ApiTransport fails a gzip body that is cut short or corrupt, never hangs", async (t) => {
+  const body = await gzip(PAGE);
+  const cases: [string, Uint8Array<ArrayBuffer>][] = [
+    ["cut short", body.slice(0, body.length >> 1)],
+    ["not gzip", new TextEncoder().encode(PAGE)],
+  ];
+  for (const [name, bytes] of cases) {
+    await t.step(name, async () => {
+      await withServer(
+        () => new Response(bytes, { headers: { "content-encoding": "gzip" } }),
+        async (url) => {
+          const transport = new ApiTransport();
+          try {
+            const response = await get(transport, url, true);
+            await assert.rejects(response.text());
+          } finally {
+            transport.close();
+          }
+        },
+      );
+    });
+  }
+});
+
+Deno.test("ApiTransport: an abort while a gzip body streams fails the read", async () => {
+  const body = await gzip(PAGE);
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  await withServer(
+    () =>
+      new Response(
+        new ReadableStream({
+          async start(controller) {
+            controller.enqueue(body.subarray(0, 100));
+            await held;
+            controller.close();
+          },
+        }),
+        { headers: { "content-encoding": "gzip" } },
+      ),
+    async (url) => {
+      const transport = new ApiTransport();
+      const controller = new AbortController();
+      try {
+        const response = await get(transport, url, true, controller.signal);
+        const reading = response.text();
+        controller.abort(new Error("stopping"));
+        await assert.rejects(reading);
+      } finally {
+        release();
+        transport.close();
+      }
+    },
+  );
+});
