@@ -209,6 +209,23 @@ Deno.test("loadApiConnection() lets master override the kubeconfig's server", as
   );
 });
 
+Deno.test("loadApiConnection() asks for compressed lists unless the cluster sets disable-compression", async (t) => {
+  const cases: [string, Record<string, unknown>, boolean][] = [
+    ["the default, as client-go", { server: "https://a" }, true],
+    ["disable-compression: true", { server: "https://a", "disable-compression": true }, false],
+    ["disable-compression: false", { server: "https://a", "disable-compression": false }, true],
+  ];
+  for (const [name, cluster, compress] of cases) {
+    await t.step(name, () =>
+      withFiles({ config: kubeconfig(cluster, { token: "t" }) }, (dir) => {
+        assert.equal(load(dir).compress, compress);
+        return Promise.resolve();
+      }));
+  }
+  const master = loadApiConnection({ kubeconfig: "", master: "http://a", env: () => undefined });
+  assert.equal(master.compress, true);
+});
+
 Deno.test("loadApiConnection() with master alone sends no credentials", async () => {
   const connection = loadApiConnection({
     kubeconfig: "",

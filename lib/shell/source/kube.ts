@@ -403,7 +403,11 @@ export class KubeSource implements Source {
       if (resource.fieldSelector) query.set("fieldSelector", resource.fieldSelector);
       if (this.#pageSize > 0) query.set("limit", String(this.#pageSize));
       if (continueToken !== "") query.set("continue", continueToken);
-      const response = await this.#request(`${resource.path}?${query}`, signal, true);
+      const response = await this.#request(
+        `${resource.path}?${query}`,
+        signal,
+        this.#connection.compress,
+      );
       if (response.status === 404 && resource.optional) {
         await response.body?.cancel();
         return null;

@@ -45,6 +45,11 @@ export interface ApiConnection {
   readonly origin: "kubeconfig" | "in-cluster" | "master";
   /** The credentials for the next request; a token file is re-read at most once a minute. */
   credentials(): Promise<Credentials>;
+  /**
+   * Lists ask for gzip bodies, as client-go's do; false when the kubeconfig's cluster sets
+   * `disable-compression: true` (for apiservers on fast local networks).
+   */
+  readonly compress: boolean;
 }
 
 /** Options for {@linkcode loadApiConnection}. */
@@ -102,9 +107,11 @@ export function loadApiConnection(options: ApiConnectionOptions): ApiConnection 
   let server: string;
   let origin: ApiConnection["origin"];
   let credentials: () => Promise<Credentials>;
+  let compress = true;
   if (options.kubeconfig !== "") {
     const kubeconfig = readKubeconfig(options.kubeconfig, now);
     server = kubeconfig.server;
+    compress = kubeconfig.compress;
     origin = "kubeconfig";
     credentials = kubeconfig.credentials;
   } else if ((env("KUBERNETES_SERVICE_HOST") ?? "") !== "") {
@@ -127,7 +134,7 @@ export function loadApiConnection(options: ApiConnectionOptions): ApiConnection 
       "Cannot configure the apiserver client: no --kubeconfig, --master or in-cluster environment",
     );
   }
-  return { server: server.replace(/\/+$/, ""), origin, credentials };
+  return { server: server.replace(/\/+$/, ""), origin, credentials, compress };
 }
 
 function readEnv(name: string): string | undefined {
@@ -241,7 +248,7 @@ function resolvePath(base: string, file: string): string {
 function readKubeconfig(
   path: string,
   now: () => number,
-): { server: string; credentials: () => Promise<Credentials> } {
+): { server: string; compress: boolean; credentials: () => Promise<Credentials> } {
   let text: string;
   try {
     text = Deno.readTextFileSync(path);
@@ -255,6 +262,7 @@ function readKubeconfig(
   const server = kubeconfigServer(context);
   const ca = pemOf(cluster, "certificate-authority", base, `${where}: cluster "${clusterName}"`);
   const insecureSkipTLSVerify = cluster["insecure-skip-tls-verify"] === true;
+  const compress = cluster["disable-compression"] !== true;
   for (const field of UNSUPPORTED_CLUSTER_FIELDS) {
     if (cluster[field] === undefined) continue;
     logger.warn("{where}: cluster {cluster} sets {field}, which kproxy ignores", {
@@ -265,7 +273,7 @@ function readKubeconfig(
   }
 
   if (Object.keys(user).some((key) => !OWN_USER_FIELDS.has(key))) {
-    return { server, credentials: clientNodeCredentials(path) };
+    return { server, compress, credentials: clientNodeCredentials(path) };
   }
   const userWhere = `${where}: user "${userName}"`;
   const cert = pemOf(user, "client-certificate", base, userWhere);
@@ -276,6 +284,7 @@ function readKubeconfig(
   const authorization = authorizationOf(user, base, userWhere, now);
   return {
     server,
+    compress,
     credentials: () => {
       const value = authorization();
       const headers: Record<string, string> = value === undefined ? {} : { Authorization: value };

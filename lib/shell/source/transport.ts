@@ -14,7 +14,8 @@
  * default): a tenth of the bytes go through TLS and node's streams, whose
  * pieces, freed only by the next collections, had left ~50 MiB of glibc heap
  * behind the 64 MB of a 10k-Service list (docs/BENCHMARKS.md). Watches do not
- * ask, so no event waits in a compressor.
+ * ask, so no event waits in a compressor; a kubeconfig's `disable-compression`
+ * turns it off (`ApiConnection.compress`).
  *
  * @module
  */
