@@ -228,17 +228,23 @@ Deno.test("main() lists while the node is set up; the first sync waits for the s
       return new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
     },
   };
-  const exitCode = main(["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS], {
-    backend,
-    source,
-    setUpNode: () => setUp,
-    serviceHealthHostname: "127.0.0.1",
-    signal: controller.signal,
-    handleSignals: false,
-    setupLogging: false,
-    env: { readTextFile: () => "", hostname: () => "node-a" },
-    io: { stdout: () => {}, stderr: () => {} },
-  } as Parameters<typeof main>[1]);
+  const exitCode = main(
+    ["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS],
+    {
+      backend,
+      source,
+      setUpNode: () => setUp,
+      serviceHealthHostname: "127.0.0.1",
+      signal: controller.signal,
+      handleSignals: false,
+      setupLogging: false,
+      env: {
+        readTextFile: () => "",
+        hostname: () => "node-a",
+      },
+      io: { stdout: () => {}, stderr: () => {} },
+    } as Parameters<typeof main>[1],
+  );
   try {
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
@@ -279,16 +285,22 @@ Deno.test("main() stops with status 1 when the node set-up fails while the lists
       return new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
     },
   };
-  const code = await main(["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS], {
-    backend,
-    source,
-    setUpNode: () => setUp,
-    serviceHealthHostname: "127.0.0.1",
-    handleSignals: false,
-    setupLogging: false,
-    env: { readTextFile: () => "", hostname: () => "node-a" },
-    io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
-  } as Parameters<typeof main>[1]);
+  const code = await main(
+    ["--proxy-mode=nftables", "--hostname-override=node-a", ...LOOPBACK_SERVERS],
+    {
+      backend,
+      source,
+      setUpNode: () => setUp,
+      serviceHealthHostname: "127.0.0.1",
+      handleSignals: false,
+      setupLogging: false,
+      env: {
+        readTextFile: () => "",
+        hostname: () => "node-a",
+      },
+      io: { stdout: () => {}, stderr: (text) => stderr.push(text) },
+    } as Parameters<typeof main>[1],
+  );
   assert.equal(code, 1);
   assert.match(stderr.join(""), /Cannot set conntrack parameters/);
   assert.equal(backend.applied.length, 0, "nothing programmed on a node that could not be set up");
