@@ -6,7 +6,12 @@ import { handleHealthRequest, ProxyHealth } from "../../lib/shell/health.ts";
 import { histogramTotals, ProxyMetrics, valueOf } from "../../lib/shell/metrics.ts";
 import type { EndpointSlice, Node, Service, ServiceKey } from "../../lib/core/model.ts";
 import type { PlannerOptions } from "../../lib/core/planner.ts";
-import { Proxier, type ServiceHealthSink, type StateTracker } from "../../lib/shell/proxier.ts";
+import {
+  Proxier,
+  type ProxierOptions,
+  type ServiceHealthSink,
+  type StateTracker,
+} from "../../lib/shell/proxier.ts";
 import { BoundedFrequencyRunner } from "../../lib/shell/runner.ts";
 import { withLogRecords } from "../support/logs.ts";
 import { CommandError } from "../../lib/shell/exec.ts";
@@ -138,6 +143,8 @@ function setup(
     fullSyncPeriodMs?: number;
     plannerOptions?: Partial<PlannerOptions>;
     readLocalAddresses?: () => string[];
+    beforeApply?: ProxierOptions["beforeApply"];
+    afterSync?: ProxierOptions["afterSync"];
   } = {},
 ): Harness {
   const clock = { t: 1_000_000, now: () => clock.t, wallNow: () => clock.t };
@@ -170,6 +177,8 @@ function setup(
     serviceHealth: sink,
     families: ["ipv4"],
     clock,
+    beforeApply: options.beforeApply,
+    afterSync: options.afterSync,
   });
   return h;
 }
@@ -405,16 +414,7 @@ Deno.test("Proxier.sync() counts Local services without local endpoints", async 
 
 Deno.test("Proxier.sync() runs afterSync with the applied change and survives its failure", async () => {
   const seen: { previous: number; changed: string[]; full: boolean }[] = [];
-  const backend = new RecordingBackend({ mode: "nftables" });
-  const tracker = new FakeTracker();
-  const proxier = new Proxier({
-    backend,
-    tracker,
-    plannerOptions,
-    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
-    metrics: new ProxyMetrics(),
-    syncPeriodMs: 30_000,
-    families: ["ipv4"],
+  const { tracker, proxier } = setup({
     afterSync: (sync) => {
       seen.push({ previous: sync.previous.length, changed: [...sync.changed], full: sync.full });
       return Promise.reject(new Error("conntrack missing"));
@@ -434,15 +434,8 @@ Deno.test("Proxier.sync() runs afterSync with the applied change and survives it
 Deno.test("Proxier.sync() runs beforeApply once planned, before the backend applies", async () => {
   const seen: string[] = [];
   const backend = new RecordingBackend({ mode: "nftables" });
-  const tracker = new FakeTracker();
-  const proxier = new Proxier({
+  const { tracker, proxier } = setup({
     backend,
-    tracker,
-    plannerOptions,
-    health: new ProxyHealth({ healthTimeoutMs: 60_000 }),
-    metrics: new ProxyMetrics(),
-    syncPeriodMs: 30_000,
-    families: ["ipv4"],
     beforeApply: (sync) =>
       seen.push(`before ${sync.full ? "full" : "partial"}, ${backend.applied.length} applied`),
     afterSync: () => (seen.push("after"), Promise.resolve()),
