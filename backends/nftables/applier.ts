@@ -1,7 +1,9 @@
 /**
  * The nftables proxy mode: renders Plans with `render.ts` and applies every
  * family in ONE `nft -f -` call per sync, wrapped by `atomic.ts` so that an
- * input cut short by a dying writer commits nothing. It keeps its own record
+ * input cut short by a dying writer commits nothing (the first sync on a
+ * node without kproxy's tables excepted: it loads in stages, see
+ * {@linkcode NftablesBackendOptions.stagedLoad}). It keeps its own record
  * of what the kernel holds (the last applied plans) and never reads the
  * tables back on a sync; drift is checked on a one-element canary set, then
  * on the skeleton chains (`drift.ts`).
@@ -18,7 +20,7 @@ import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
-import { renderDeleteTable, renderFull } from "./render.ts";
+import { renderDeleteTable, renderFull, renderStaged, type StagedTable } from "./render.ts";
 import { existingTables } from "./table_probe.ts";
 import {
   CANARY_SET,
@@ -56,6 +58,34 @@ export interface NftablesBackendOptions {
    * packet ever sees neither ruleset, and by `cleanup()`. @default {[]}
    */
   replacedTables?: readonly string[];
+  /**
+   * The first full sync into a kernel that holds no kproxy table (a node
+   * just booted) is loaded in stages when the plans hold at least
+   * `minElements` set and map elements: the table without base chains,
+   * then its elements in `parts` `nft` processes at once, then the base
+   * chains, with the replaced tables' deletion, in one guarded batch. No
+   * packet passes the table before that last batch, and the one-transaction
+   * load's time is nft parsing elements, in one process. `parts` below 2
+   * turns it off.
+   * @default {{ minElements: 8192, parts: the CPUs, 2 to 4 }}
+   */
+  stagedLoad?: StagedLoadOptions;
+}
+
+/** See {@linkcode NftablesBackendOptions.stagedLoad}. */
+export interface StagedLoadOptions {
+  minElements: number;
+  parts: number;
+}
+
+/** Waits for every one of `work`, then throws the first failure. */
+async function settled(work: readonly (Promise<unknown> | undefined)[]): Promise<void> {
+  const failed = (await Promise.allSettled(work)).find((result) => result.status === "rejected");
+  if (failed !== undefined) throw failed.reason;
+}
+
+function defaultStagedLoad(): StagedLoadOptions {
+  return { minElements: 8192, parts: Math.min(4, Math.max(2, navigator.hardwareConcurrency)) };
 }
 
 /**
@@ -94,6 +124,9 @@ class NftablesBackend implements Backend {
   readonly #replacedTables: readonly string[];
   /** Replaced tables still to delete with the next full write. */
   #replacing: boolean;
+  readonly #staging: StagedLoadOptions;
+  /** Whether the warm-up found none of kproxy's tables, and nothing was loaded since. */
+  #tablesAbsent = false;
 
   constructor(options: NftablesBackendOptions) {
     this.#executor = options.executor;
@@ -103,6 +136,7 @@ class NftablesBackend implements Backend {
     this.#replacedTables = options.replacedTables ?? [];
     this.#replacing = this.#replacedTables.length > 0;
     this.#guard = guardTable(this.#table);
+    this.#staging = options.stagedLoad ?? defaultStagedLoad();
     this.#skeleton = new SkeletonCheck({
       executor: options.executor,
       budget: options.driftCheckBudget,
@@ -158,6 +192,14 @@ class NftablesBackend implements Backend {
           () => {},
         )
         : undefined,
+      this.#staging.parts >= 2
+        ? this.#existing([this.#table], this.#nftFamilies()).then(
+          (found) => {
+            this.#tablesAbsent = found.length === 0;
+          },
+          () => {},
+        )
+        : undefined,
     ]).then(() => {});
     return this.#warming;
   }
@@ -182,20 +224,29 @@ class NftablesBackend implements Backend {
         transactions.push(tx);
       }
     }
-    if (full) transactions = plans.map((plan) => renderFull(plan, options));
+    const staged = full && this.#stages(plans)
+      ? plans.map((plan) => renderStaged(plan, options, this.#staging.parts))
+      : undefined;
+    if (staged !== undefined) {
+      transactions = staged.flatMap(({ setup, elements, hooks }) => [setup, ...elements, hooks]);
+    } else if (full) transactions = plans.map((plan) => renderFull(plan, options));
     const replacing = full && this.#replacing;
     // Only for the log: the deletions below hold whether or not the tables exist.
     const replaced = replacing
       ? this.#replacedFound ?? await this.#existing(this.#replacedTables).catch(() => [])
       : [];
-    if (replacing) transactions.push(...this.#deleteTables(this.#replacedTables));
+    const deletions = replacing ? this.#deleteTables(this.#replacedTables) : [];
+    transactions.push(...deletions);
     const error = transactions.find((tx) => tx.error !== undefined)?.error;
     if (error !== undefined) {
       this.#needFull = true;
       throw error;
     }
     try {
-      if (transactions.some((tx) => !tx.empty)) {
+      this.#tablesAbsent = false;
+      if (staged !== undefined) {
+        await this.#loadStaged(staged, deletions);
+      } else if (transactions.some((tx) => !tx.empty)) {
         if (full && !this.#guardReady) await this.#prepareGuard();
         this.#guardReady = false;
         const stdin = atomicInput(transactions, this.#guard);
@@ -223,10 +274,53 @@ class NftablesBackend implements Backend {
       ? `${services} service ports, full, ${lines} operations`
       : `${request.changed.size} changed service ports, ${lines} operations`;
     logger.debug("Applied nftables {kind} sync: {summary}", {
-      kind: full ? "full" : "partial",
+      kind: full ? (staged === undefined ? "full" : "staged full") : "partial",
       summary,
     });
     return { full, summary };
+  }
+
+  /** Whether this full sync of `plans` loads in stages (see {@linkcode StagedLoadOptions}). */
+  #stages(plans: readonly Plan[]): boolean {
+    if (!this.#tablesAbsent || this.#applied.size > 0 || this.#staging.parts < 2) return false;
+    return plans.reduce((sum, plan) => sum + estimateElements(plan), 0) >=
+      this.#staging.minElements;
+  }
+
+  /**
+   * Loads `staged` tables: every set-up in one batch, the element parts in
+   * processes of their own at once, then every table's hooks and the
+   * `deletions` in one guarded batch. A failure before the hooks leaves
+   * tables no packet passes; the next full sync replaces them in one batch.
+   */
+  async #loadStaged(staged: readonly StagedTable[], deletions: readonly Transaction[]) {
+    const load = (transactions: readonly Transaction[]) =>
+      runChecked(this.#executor, {
+        program: "nft",
+        args: ["-f", "-"],
+        stdin: { [Symbol.iterator]: () => transactions.values().flatMap((tx) => tx.chunks()) },
+      });
+    const ready = this.#guardReady;
+    this.#guardReady = false;
+    await settled([ready ? undefined : this.#prepareGuard(), load(staged.map((t) => t.setup))]);
+    // Every part ends before this sync does: a part left running could add
+    // its elements to the table the next sync writes.
+    await settled(
+      Array.from(
+        { length: this.#staging.parts },
+        (_, part) => staged.map((table) => table.elements[part]!).filter((tx) => !tx.empty),
+      ).filter((part) => part.length > 0).map(load),
+    );
+    await runChecked(this.#executor, {
+      program: "nft",
+      args: ["-f", "-"],
+      stdin: atomicInput([...staged.map((table) => table.hooks), ...deletions], this.#guard),
+    });
+  }
+
+  /** The nftables families of the IP families this backend programs. */
+  #nftFamilies(): string[] {
+    return [...this.#families].map((family) => nftFamily(family));
   }
 
   /**
@@ -339,8 +433,8 @@ class NftablesBackend implements Backend {
     );
   }
 
-  /** Which of `tables` exist, as `family table`, in either family. */
-  #existing(tables: readonly string[]): Promise<string[]> {
-    return existingTables(this.#executor, ["ip", "ip6"], tables);
+  /** Which of `tables` exist, as `family table`, in `families`. */
+  #existing(tables: readonly string[], families = ["ip", "ip6"]): Promise<string[]> {
+    return existingTables(this.#executor, families, tables);
   }
 }

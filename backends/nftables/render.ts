@@ -95,19 +95,79 @@ function addService(tx: Transaction, objects: ServiceObjects): void {
  * after each full sync (tests/kernel/nat_order_test.ts).
  */
 export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
-  checkFrontendsHeldOnce(plan);
-  const ctx = context(plan, options);
+  const tx = freshTable(plan, options);
+  for (const lines of renderTable(plan, options, { objects: tx, hooks: tx }).values()) {
+    tx.addLines(lines);
+  }
+  return tx;
+}
+
+/**
+ * {@linkcode renderFull}'s table in pieces, for a family whose table the
+ * kernel does not hold: loaded in order (`setup`, then every `elements`
+ * part, in parallel, then `hooks`) they make the same table.
+ */
+export interface StagedTable {
+  /** The table rebuilt without base chains: sets, maps, regular chains and their rules. */
+  setup: Transaction;
+  /** The elements of the large sets and maps, dealt into parts of about the same size. */
+  elements: Transaction[];
+  /** The base chains, their rules and the canary: what makes packets pass the table. */
+  hooks: Transaction;
+}
+
+/**
+ * Renders {@linkcode renderFull}'s table as a {@linkcode StagedTable} of
+ * `parts` element parts. Until `hooks` is loaded no packet passes the table
+ * (it has no base chain), so the pieces need not be one transaction when no
+ * earlier table of kproxy's serves: nft parses the element parts (90 % of
+ * a large load's time, ~10 µs an element) in as many processes.
+ */
+export function renderStaged(plan: Plan, options: RenderOptions, parts: number): StagedTable {
+  if (!Number.isInteger(parts) || parts < 1) {
+    throw new RangeError(`Cannot deal elements into "${parts}" parts: not a positive integer`);
+  }
+  const setup = freshTable(plan, options);
+  const hooks = new Transaction(setup.where);
+  const elements = Array.from({ length: parts }, () => new Transaction(setup.where));
+  let next = 0;
+  for (const lines of renderTable(plan, options, { objects: setup, hooks }).values()) {
+    const dealt = lines.deal(parts, next);
+    dealt.parts.forEach((part, i) => elements[i]!.addLines(part));
+    next = dealt.next;
+  }
+  return { setup, elements, hooks };
+}
+
+/** A transaction that replaces the plan family's table with an empty one. */
+function freshTable(plan: Plan, options: RenderOptions): Transaction {
   const tx = new Transaction(tableRef(plan.family, options.table));
   tx.add(new Table());
   tx.delete(new Table());
   tx.add(new Table({ comment: "rules for kproxy" }));
+  return tx;
+}
+
+/**
+ * Adds the table's objects to `objects` and its base chains, their rules and
+ * the canary to `hooks` (the same transaction for {@linkcode renderFull});
+ * returns the elements of the large sets and maps, per set.
+ */
+function renderTable(
+  plan: Plan,
+  options: RenderOptions,
+  { objects: tx, hooks }: { objects: Transaction; hooks: Transaction },
+): Map<string, ElementLines> {
+  checkFrontendsHeldOnce(plan);
+  const ctx = context(plan, options);
   const { sets, chains } = skeleton(ctx, options.dropInvalid ?? true);
+  const into = (chain: { hook?: unknown }) => chain.hook === undefined ? tx : hooks;
   for (const set of sets) tx.add(set);
-  for (const { rules: _rules, ...chain } of chains) tx.add(new Chain(chain));
-  for (const { name, rules } of chains) {
-    for (const rule of rules) tx.add(new Rule({ chain: name, rule }));
+  for (const { rules: _rules, ...chain } of chains) into(chain).add(new Chain(chain));
+  for (const chain of chains) {
+    for (const rule of chain.rules) into(chain).add(new Rule({ chain: chain.name, rule }));
   }
-  canary(tx, options.generation ?? 0, true);
+  canary(hooks, options.generation ?? 0, true);
   for (const element of addressElements(ctx, "nodeport-ips", plan.nodePortAddresses)) {
     tx.add(element);
   }
@@ -158,8 +218,7 @@ export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction
     }
   }
   for (const [name, rules] of sharedChains) addSharedChain(tx, name, rules);
-  for (const lines of items.values()) tx.addLines(lines);
-  return tx;
+  return items;
 }
 
 /**

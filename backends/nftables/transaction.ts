@@ -245,6 +245,8 @@ export const ELEMENTS_PER_LINE = 1000;
  */
 export class ElementLines {
   readonly #lines: string[] = [];
+  /** Elements in each of `#lines`. */
+  readonly #sizes: number[] = [];
   #pending: string[] = [];
   #count = 0;
 
@@ -268,9 +270,29 @@ export class ElementLines {
     return this.#lines;
   }
 
+  /**
+   * Deals the lines round-robin into `parts` sets of the same name, the first
+   * line to part `start % parts`; returns them and the part the next line
+   * would go to, so that several sets dealt in turn stay balanced.
+   */
+  deal(parts: number, start = 0): { parts: ElementLines[]; next: number } {
+    const dealt = Array.from({ length: parts }, () => new ElementLines(this.set));
+    const lines = this.lines();
+    let next = start % parts;
+    for (let i = 0; i < lines.length; i++) {
+      const part = dealt[next]!;
+      part.#lines.push(lines[i]!);
+      part.#sizes.push(this.#sizes[i]!);
+      part.#count += this.#sizes[i]!;
+      next = (next + 1) % parts;
+    }
+    return { parts: dealt, next };
+  }
+
   #close(): void {
     if (this.#pending.length === 0) return;
     this.#lines.push(this.#pending.join(", "));
+    this.#sizes.push(this.#pending.length);
     this.#pending = [];
   }
 }

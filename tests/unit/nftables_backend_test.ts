@@ -23,8 +23,9 @@ const v6 = plan([
   }),
 ], { family: "IPv6" });
 
+/** The nft calls other than table probes (the warm-up's, for the staged first load). */
 function nftCalls(executor: FakeExecutor): RecordedCommand[] {
-  return executor.calls.filter((c) => c.program === "nft");
+  return executor.calls.filter((c) => c.program === "nft" && !isTableProbe(c.args));
 }
 
 /** The `nft -f -` inputs that edit kproxy's own tables (not only the load guard). */
@@ -117,7 +118,7 @@ Deno.test("createNftablesBackend() a sync waits for warmUp(); a failed warm-up i
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
   const executor = new FakeExecutor(async (command) => {
-    if (command.args.join(" ") === "-f -" && executor.calls.length === 1) {
+    if (command.args.join(" ") === "-f -" && nftCalls(executor).length === 1) {
       await held;
       return { code: 1, stdout: "", stderr: "Error: Could not process rule: No buffer space" };
     }
@@ -127,7 +128,11 @@ Deno.test("createNftablesBackend() a sync waits for warmUp(); a failed warm-up i
   const warming = nft.warmUp!();
   const syncing = nft.sync({ plans: [v4], changed: new Set(), full: true });
   await new Promise((resolve) => setTimeout(resolve, 10));
-  assert.equal(executor.calls.length, 1, "the sync runs nothing while the guard is being set up");
+  assert.equal(
+    nftCalls(executor).length,
+    1,
+    "the sync runs nothing while the guard is being set up",
+  );
   release();
   await warming;
   await syncing;
@@ -407,7 +412,10 @@ Deno.test("createNftablesBackend() warmUp() finds the replaced tables, so the fi
   await withLogRecords(["kproxy", "nftables"], async (records) => {
     await nft.warmUp!();
     const warmUpCalls = executor.calls.length;
-    assert.equal(executor.calls.filter(isProbe).length, 2, "ip and ip6 kube-proxy");
+    assert.deepEqual(
+      executor.calls.filter(isProbe).map((c) => probedTable(c.args)).sort(),
+      ["ip kproxy", "ip kube-proxy", "ip6 kproxy", "ip6 kube-proxy"],
+    );
     await nft.sync({ plans: [v4], changed: new Set(), full: true });
     assert.deepEqual(
       executor.calls.slice(warmUpCalls).map((c) => c.args.join(" ")),
@@ -428,4 +436,115 @@ Deno.test("createNftablesBackend() programs only its configured families", async
   });
   await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
   assert.ok(!nftCalls(executor)[0]!.stdin!.includes("ip6"));
+});
+
+/** A node just booted: kube-proxy's ip table is there, none of kproxy's. */
+const BOOTED = new Set(["ip kube-proxy"]);
+
+/** An nftables backend replacing kube-proxy's tables that stages a first load of `minElements`. */
+function staging(executor: FakeExecutor, minElements = 1) {
+  return createNftablesBackend({
+    executor,
+    config: defaultConfig("node-a"),
+    replacedTables: ["kube-proxy"],
+    stagedLoad: { minElements, parts: 2 },
+  });
+}
+
+/** Whether a load holds only element lines. */
+const elementsOnly = (stdin: string) => /^(add element [^\n]*\n)+$/.test(stdin);
+
+Deno.test("createNftablesBackend() loads a first sync in stages on a node without kproxy's tables", async () => {
+  let running = 0;
+  let together = 0;
+  let bothStarted!: () => void;
+  const started = new Promise<void>((resolve) => (bothStarted = resolve));
+  const executor = new FakeExecutor(async (command) => {
+    if (isProbe(command)) return tableProbe(command, BOOTED);
+    if (elementsOnly(command.stdin ?? "")) {
+      together = Math.max(together, ++running);
+      if (running === 2) bothStarted();
+      await Promise.race([started, new Promise((resolve) => setTimeout(resolve, 200))]);
+      running--;
+    }
+    return refusingProbe(command);
+  });
+  const nft = staging(executor);
+  await nft.warmUp!();
+  const warmUpCalls = executor.calls.length;
+  const result = await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
+  assert.equal(result.full, true);
+  const loads = executor.calls.slice(warmUpCalls).map((c) => c.stdin!);
+  assert.equal(loads.length, 4, "set-up, two element parts, hooks");
+  const [setup, first, second, hooks] = loads as [string, string, string, string];
+  assert.match(setup, /^add table ip kproxy\ndelete table ip kproxy\n/);
+  assert.match(setup, /^delete table ip6 kproxy$/m);
+  assert.doesNotMatch(setup, /hook|kube-proxy|kproxy-guard/, "no base chain, nothing else");
+  assert.ok(elementsOnly(first) && elementsOnly(second));
+  assert.equal(together, 2, "the element parts load at once");
+  assert.match(hooks, /^add table ip kproxy-guard \{ flags dormant ;/, "in the guarded batch");
+  assert.match(hooks, /^add chain ip6? kproxy nat-prerouting \{ type nat hook prerouting/m);
+  assert.ok(
+    hooks.endsWith(
+      "add table ip kube-proxy\ndelete table ip kube-proxy\n" +
+        "add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n" +
+        "flush chain ip kproxy-guard switch\n",
+    ),
+    "the hooks and the replaced tables' deletion in one batch",
+  );
+  assert.doesNotMatch(hooks, /^add (map|set) ip6? kproxy (?!canary)/m);
+
+  await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
+  assert.equal(executor.calls.length, warmUpCalls + 6, "later full syncs: guard set-up, one load");
+});
+
+Deno.test("createNftablesBackend() loads a first sync in one batch where kproxy's table serves, or a small one", async (t) => {
+  for (
+    const [name, present, minElements] of [
+      ["a restart: kproxy's table serves", PRESENT, 1],
+      ["a first sync below the elements of a staged load", BOOTED, 10_000],
+    ] as const
+  ) {
+    await t.step(name, async () => {
+      const executor = new FakeExecutor((command) =>
+        isProbe(command) ? tableProbe(command, present) : refusingProbe(command)
+      );
+      const nft = staging(executor, minElements);
+      await nft.warmUp!();
+      const warmUpCalls = executor.calls.length;
+      await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
+      const loads = executor.calls.slice(warmUpCalls);
+      assert.equal(loads.length, 1);
+      assert.match(loads[0]!.stdin!, /^add table ip kproxy-guard[^]*\nadd table ip kproxy\n/);
+    });
+  }
+});
+
+Deno.test("createNftablesBackend() a staged load that fails loads no hooks; the next full sync is one batch", async () => {
+  let slowPartEnded = false;
+  let parts = 0;
+  const executor = new FakeExecutor(async (command) => {
+    if (isProbe(command)) return tableProbe(command, BOOTED);
+    if (elementsOnly(command.stdin ?? "") && ++parts === 1) {
+      return { code: 1, stdout: "", stderr: "Error: Could not process rule: No buffer space" };
+    }
+    if (elementsOnly(command.stdin ?? "")) {
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      slowPartEnded = true;
+    }
+    return refusingProbe(command);
+  });
+  const nft = staging(executor);
+  await nft.warmUp!();
+  const warmUpCalls = executor.calls.length;
+  await assert.rejects(nft.sync({ plans: [v4, v6], changed: new Set(), full: true }), CommandError);
+  assert.ok(slowPartEnded, "the sync ends after every part it started");
+  const failed = executor.calls.slice(warmUpCalls).map((c) => c.stdin!);
+  assert.equal(failed.length, 3, "set-up and element parts, no hooks");
+  assert.ok(failed.every((stdin) => !/ hook /.test(stdin)));
+  await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
+  const retry = executor.calls.slice(warmUpCalls + 3);
+  assert.deepEqual(retry.map((c) => c.args.join(" ")), ["-f -", "-f -"], "guard set-up, one load");
+  assert.match(retry[1]!.stdin!, /\nadd table ip kproxy\ndelete table ip kproxy\n[^]* hook /);
+  assert.match(retry[1]!.stdin!, /\ndelete table ip kube-proxy\n/, "still replacing kube-proxy's");
 });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { renderFull } from "../../backends/nftables/render.ts";
+import { renderFull, renderStaged } from "../../backends/nftables/render.ts";
 import { parseCanaryGeneration } from "../../backends/nftables/skeleton.ts";
 import { renderIncremental } from "../../backends/nftables/incremental.ts";
 import { serviceObjects } from "../../backends/nftables/service.ts";
@@ -603,6 +603,70 @@ Deno.test("ElementLines starts a new script line every ELEMENTS_PER_LINE element
   assert.equal(lines.count, ELEMENTS_PER_LINE + 1);
   assert.equal(lines.lines().length, 2);
   assert.equal(lines.lines()[1], `${ELEMENTS_PER_LINE}`);
+});
+
+Deno.test("ElementLines.deal() hands out whole lines round-robin, carrying on from where the last set stopped", () => {
+  const lines = new ElementLines("hairpin");
+  for (let i = 0; i < 3 * ELEMENTS_PER_LINE + 5; i++) lines.push(`${i}`);
+  const { parts, next } = lines.deal(2, 1);
+  assert.deepEqual(parts.map((part) => part.count), [ELEMENTS_PER_LINE + 5, 2 * ELEMENTS_PER_LINE]);
+  assert.deepEqual(parts[0]!.lines(), [lines.lines()[1], lines.lines()[3]]);
+  assert.equal(next, 1);
+  assert.ok(parts.every((part) => part.set === "hairpin"));
+});
+
+/** Every line of `scripts` with element lines cut into their items, sorted. */
+function statements(...scripts: string[]): string[] {
+  return scripts.flatMap((script) =>
+    script.split("\n").filter((line) => line !== "").flatMap((line) => {
+      const match = line.match(/^(add element \S+ \S+ \S+) \{ (.*) \}$/);
+      return match === null ? [line] : match[2]!.split(", ").map((item) => `${match[1]} ${item}`);
+    })
+  ).sort();
+}
+
+Deno.test("renderStaged() splits renderFull()'s table: base chains and canary last, elements dealt evenly", async (t) => {
+  const many = plan(Array.from({ length: 700 }, (_, i) =>
+    servicePort("ns", `s${i}`, {
+      clusterIPs: [`172.30.${i >> 8}.${i & 255}`],
+      ...(i % 2 === 0 ? { nodePort: 30000 + i } : {}),
+      ...(i % 100 === 0 ? { affinityTimeoutSeconds: 60 } : {}),
+      internal: {
+        endpoints: [endpoint(`10.1.${i >> 8}.${i & 255}`), endpoint(`10.2.${i >> 8}.${i & 255}`)],
+        whenEmpty: "reject",
+        reason: "",
+      },
+    })));
+  for (
+    const [name, fixture] of [...Object.entries(GOLDEN_PLANS), ["700 services", many] as const]
+  ) {
+    await t.step(name, () => {
+      const options = { generation: 7 };
+      const staged = renderStaged(fixture, options, 3);
+      const pieces = [staged.setup, ...staged.elements, staged.hooks];
+      assert.ok(pieces.every((tx) => tx.error === undefined));
+      assert.deepEqual(
+        statements(...pieces.map(String)),
+        statements(String(renderFull(fixture, options))),
+        "together, the same statements",
+      );
+      const setup = String(staged.setup);
+      assert.match(setup, /^add table (ip6?) kproxy\ndelete table \1 kproxy\n/);
+      assert.doesNotMatch(
+        setup,
+        /hook|canary|^add element \S+ kproxy (service-endpoints|cluster-ips) /m,
+      );
+      assert.ok(staged.elements.every((tx) => /^(add element [^\n]*\n)*$/.test(String(tx))));
+      const hooks = String(staged.hooks);
+      assert.doesNotMatch(hooks, /^add (table|map|set .* service)/m);
+      assert.match(hooks, /^add chain ip6? kproxy nat-prerouting \{ type nat hook prerouting/m);
+      assert.match(hooks, /^add rule ip6? kproxy nat-prerouting jump services$/m);
+      assert.match(hooks, /^add element ip6? kproxy canary \{ 7 \}$/m);
+    });
+  }
+  const sizes = renderStaged(many, {}, 2).elements.map((tx) => tx.length);
+  assert.ok(Math.abs(sizes[0]! - sizes[1]!) <= ELEMENTS_PER_LINE, `parts of ${sizes}`);
+  assert.throws(() => renderStaged(many, {}, 0), /not a positive integer/);
 });
 
 Deno.test("Transaction.chunks() gives the script in pieces of whole lines", () => {
