@@ -288,16 +288,17 @@ export function sample(text: string, series: string): number {
   return 0;
 }
 
-/** Polls `condition` every 50 ms until it holds; throws naming `what` after `timeoutMs`. */
+/** Polls `condition` every `everyMs` until it holds; throws naming `what` after `timeoutMs`. */
 export async function waitFor(
   what: string,
   condition: () => boolean | Promise<boolean>,
   timeoutMs = 10_000,
+  everyMs = 50,
 ): Promise<number> {
   const start = Date.now();
   while (!(await condition())) {
     if (Date.now() - start > timeoutMs) throw new Error(`Timed out after ${timeoutMs} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
   return Date.now() - start;
 }

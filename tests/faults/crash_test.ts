@@ -18,7 +18,12 @@ import {
 } from "../../scripts/testbed/objects.ts";
 import type { ApiObject } from "../../scripts/testbed/fake_apiserver.ts";
 import { assertServedBy } from "../../scripts/testbed/traffic.ts";
-import { canonicalTable, createNamespace, deleteNamespace } from "../../scripts/testbed/tables.ts";
+import {
+  canonicalTable,
+  createNamespace,
+  deleteNamespace,
+  nftIn,
+} from "../../scripts/testbed/tables.ts";
 import {
   createFaultTopology,
   faultsSkipReason,
@@ -128,6 +133,13 @@ async function clearRecords(dir: string): Promise<void> {
   }
 }
 
+/** How many loads the wrapper in `dir` has started to record. */
+async function inputCount(dir: string): Promise<number> {
+  let count = 0;
+  for await (const entry of Deno.readDir(dir)) if (/^input\.\d+$/.test(entry.name)) count++;
+  return count;
+}
+
 /** The largest recorded load: the full sync's, not the guard's set-up. */
 function mainLoad(loads: RecordedLoad[]): RecordedLoad {
   return loads.reduce((a, b) => (b.input.length > a.input.length ? b : a));
@@ -192,7 +204,12 @@ Deno.test({
         complete.push(await table(ns));
         cleanLoads.push(mainLoad(await recordedLoads(bin)));
       };
+      // Every run here finds a kproxy table, as the victims do, so each loads in one batch
+      // (on a node without one the first load is staged: the next test).
+      const tableFound = async (ns: string) =>
+        assert.notEqual(await nftIn(ns, ["add", "table", "ip", "kproxy"]), undefined);
       // State A: a first run in the node namespace, stopped by SIGTERM (its rules stay).
+      await tableFound(topology.node);
       await Deno.writeTextFile(`${dir}/all.json`, states[0]!);
       const first = start(topology.node, path);
       await first.waitForLine(PROGRAMMED, STARTUP_MS);
@@ -215,6 +232,7 @@ Deno.test({
       }
       await Deno.writeTextFile(`${dir}/all.json`, states[1]!);
       await clearRecords(bin);
+      await tableFound(scratch);
       const clean = start(scratch, path);
       await clean.waitForLine(PROGRAMMED, STARTUP_MS);
       assert.equal((await clean.kill("SIGTERM")).code, 0, "SIGTERM exit status");
@@ -273,6 +291,74 @@ Deno.test({
     } finally {
       for (const process of processes) await process.kill("SIGKILL");
       await deleteNamespace(scratch);
+      await Deno.remove(dir, { recursive: true });
+      await Deno.remove(bin, { recursive: true });
+      await topology.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "main.ts killed with SIGKILL during a staged first load leaves no hooked table; a restart completes it",
+  ignore: skipReason !== undefined,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    const topology = await createFaultTopology("g", { localPods: 1 });
+    const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
+    const bin = await Deno.makeTempDir({ prefix: "kp-f-bin-" });
+    const processes: KproxyProcess[] = [];
+    const start = (path?: string) => {
+      const process = new KproxyProcess({
+        namespace: topology.node,
+        args: [
+          `--manifests=${dir}`,
+          "--healthz-bind-address=127.0.0.1:0",
+          "--metrics-bind-address=127.0.0.1:0",
+        ],
+        path,
+      });
+      processes.push(process);
+      return process;
+    };
+    const slots = BULK_SERVICES * BULK_ENDPOINTS + 1;
+    try {
+      const [web] = topology.localPods as [Pod];
+      const path = await writeRecordingNft(bin);
+      await Deno.writeTextFile(`${dir}/all.json`, manifestText(manifests(web, 0)));
+      const outcomes: string[] = [];
+      // Killed once the n-th load started: the set-up (the guard's set-up is the first), an
+      // element part, the last part or the hooks.
+      for (const started of [2, 3, 4, 5]) {
+        await nftIn(topology.node, ["flush", "ruleset"]);
+        await clearRecords(bin);
+        const victim = start(path);
+        await waitFor(`load ${started}`, async () => (await inputCount(bin)) >= started, 60_000, 2);
+        await victim.kill("SIGKILL");
+        await waitFor(
+          "every nft the victim started to finish",
+          async () => (await recordedLoads(bin)).every((load) => load.done),
+          60_000,
+        );
+        const table = await canonicalTable(topology.node);
+        const hooked = Object.values(table?.chains ?? {}).some((chain) => chain.base);
+        const filled = table?.sets["service-endpoints"]?.elements.length ?? 0;
+        outcomes.push(`load ${started}: ${filled} slots, hooked ${hooked}`);
+        assert.ok(!hooked || filled === slots, `a hooked partial table: ${outcomes.at(-1)}`);
+      }
+      console.log(`staged loads killed: ${outcomes.join("; ")}`);
+      assert.ok(
+        outcomes.some((o) => /[1-9]\d* slots, hooked false/.test(o)),
+        "no kill landed between the elements and the hooks",
+      );
+      const restarted = start();
+      await restarted.waitForLine(PROGRAMMED, STARTUP_MS);
+      const table = await canonicalTable(topology.node);
+      assert.equal(table?.sets["service-endpoints"]?.elements.length, slots);
+      await assertServedBy(topology, WEB_IP, 80, [web]);
+    } finally {
+      for (const process of processes) await process.kill("SIGKILL");
       await Deno.remove(dir, { recursive: true });
       await Deno.remove(bin, { recursive: true });
       await topology.destroy();
