@@ -48,6 +48,10 @@ export class ProxyHealth {
   readonly #clock: Pick<Clock, "now" | "wallNow">;
   /** Monotonic time of the oldest update not applied yet. */
   #oldestPendingAt?: number;
+  /** Whether a sync took the queued updates ({@linkcode drained}) and has not succeeded yet. */
+  #syncing = false;
+  /** Monotonic time of the oldest update queued since the running sync took its changes. */
+  #queuedSinceDrain?: number;
   /** Wall time of the last successful sync. */
   #lastUpdatedAt: number;
   /** undefined until the first sync looked for this node's Node, as upstream's nil Node. */
@@ -62,13 +66,27 @@ export class ProxyHealth {
 
   /** Records that a change is waiting to be applied (keeps the oldest such time). */
   queuedUpdate(): void {
-    this.#oldestPendingAt ??= this.#clock.now();
+    const now = this.#clock.now();
+    this.#oldestPendingAt ??= now;
+    if (this.#syncing) this.#queuedSinceDrain ??= now;
   }
 
-  /** Records a successful sync: nothing is pending any more. */
+  /** Records that a sync took every update queued so far. */
+  drained(): void {
+    this.#syncing = true;
+    this.#queuedSinceDrain = undefined;
+  }
+
+  /**
+   * Records a successful sync: what it took is applied; an update queued
+   * while it ran (after {@linkcode drained}) is still pending, so a sync that
+   * succeeds as a change arrives cannot hide the failures after it.
+   */
   updated(): void {
     this.#lastUpdatedAt = this.#clock.wallNow();
-    this.#oldestPendingAt = undefined;
+    this.#oldestPendingAt = this.#syncing ? this.#queuedSinceDrain : undefined;
+    this.#syncing = false;
+    this.#queuedSinceDrain = undefined;
   }
 
   /** Records whether this node is being deleted, which fails /healthz (not /livez). Until the

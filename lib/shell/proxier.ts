@@ -209,6 +209,7 @@ export class Proxier {
     const startedAt = this.#clock.now();
     const startedAtWall = this.#clock.wallNow();
     const change = this.#tracker.drain();
+    this.#health.drained();
     this.#metrics.endpointChangesPending.set(0);
     this.#metrics.serviceChangesPending.set(0);
     this.#health.setNodeDeleting(

@@ -77,6 +77,29 @@ Deno.test("ProxyHealth.status() follows queued and applied updates", async (t) =
       healthy: true,
     },
     {
+      name: "an update queued while a sync runs stays pending after that sync",
+      steps: (h, c) => {
+        h.queuedUpdate();
+        h.drained();
+        c.advance(1_000);
+        h.queuedUpdate();
+        h.updated();
+        c.advance(60_000);
+      },
+      healthy: false,
+    },
+    {
+      name: "a sync that took every queued update leaves nothing pending",
+      steps: (h, c) => {
+        h.queuedUpdate();
+        c.advance(1_000);
+        h.drained();
+        h.updated();
+        c.advance(120_000);
+      },
+      healthy: true,
+    },
+    {
       name: "a wall clock step back does not hide a late update",
       steps: (h, c) => {
         h.queuedUpdate();

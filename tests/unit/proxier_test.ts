@@ -643,3 +643,28 @@ Deno.test("Proxier logs a frontend one Service takes from another once per chang
     assert.equal(await valueOf(h.metrics.shadowedFrontends, EXTERNAL), 0);
   });
 });
+
+Deno.test("Proxier stays unhealthy when a change arrives during a sync that succeeds and the syncs after it fail", async () => {
+  const h: Harness = setup({
+    backend: new RecordingBackend({
+      mode: "nftables",
+      failWith: (_, index) => {
+        if (index === 1) {
+          // A change delivered while this sync's load runs: the next sync's to apply.
+          h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.7"], h.clock.t);
+          h.proxier.onEvent({ type: "upsert", kind: "EndpointSlice", object: {} });
+        }
+        return index >= 2 ? new Error("nft: exit status 1") : undefined;
+      },
+    }),
+  });
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"], h.clock.t);
+  h.proxier.onEvent({ type: "synced" });
+  assert.equal((await h.proxier.sync()).kind, "applied");
+  h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.6"], h.clock.t);
+  h.proxier.onEvent({ type: "upsert", kind: "EndpointSlice", object: {} });
+  assert.equal((await h.proxier.sync()).kind, "applied");
+  await assert.rejects(h.proxier.sync(), /exit status 1/);
+  h.clock.t += 60_000;
+  assert.equal(h.health.status().healthy, false, "the change after the last success waits");
+});
