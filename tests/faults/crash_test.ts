@@ -133,6 +133,29 @@ async function clearRecords(dir: string): Promise<void> {
   }
 }
 
+/**
+ * Starts main.ts in `namespace` on the manifests in `dir` (its `nft` found
+ * through `path` when given) and adds it to `processes`.
+ */
+function startOnManifests(
+  processes: KproxyProcess[],
+  dir: string,
+  namespace: string,
+  path?: string,
+): KproxyProcess {
+  const process = new KproxyProcess({
+    namespace,
+    args: [
+      `--manifests=${dir}`,
+      "--healthz-bind-address=127.0.0.1:0",
+      "--metrics-bind-address=127.0.0.1:0",
+    ],
+    path,
+  });
+  processes.push(process);
+  return process;
+}
+
 /** How many loads the wrapper in `dir` has started to record. */
 async function inputCount(dir: string): Promise<number> {
   let count = 0;
@@ -175,19 +198,7 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
     const bin = await Deno.makeTempDir({ prefix: "kp-f-bin-" });
     const processes: KproxyProcess[] = [];
-    const start = (ns: string, path?: string) => {
-      const process = new KproxyProcess({
-        namespace: ns,
-        args: [
-          `--manifests=${dir}`,
-          "--healthz-bind-address=127.0.0.1:0",
-          "--metrics-bind-address=127.0.0.1:0",
-        ],
-        path,
-      });
-      processes.push(process);
-      return process;
-    };
+    const start = (ns: string, path?: string) => startOnManifests(processes, dir, ns, path);
     const table = async (ns: string) => JSON.stringify(await canonicalTable(ns));
     try {
       const [a1, a2] = topology.localPods as [Pod, Pod];
@@ -309,19 +320,7 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "kp-f-manifests-" });
     const bin = await Deno.makeTempDir({ prefix: "kp-f-bin-" });
     const processes: KproxyProcess[] = [];
-    const start = (path?: string) => {
-      const process = new KproxyProcess({
-        namespace: topology.node,
-        args: [
-          `--manifests=${dir}`,
-          "--healthz-bind-address=127.0.0.1:0",
-          "--metrics-bind-address=127.0.0.1:0",
-        ],
-        path,
-      });
-      processes.push(process);
-      return process;
-    };
+    const start = (path?: string) => startOnManifests(processes, dir, topology.node, path);
     const slots = BULK_SERVICES * BULK_ENDPOINTS + 1;
     try {
       const [web] = topology.localPods as [Pod];
