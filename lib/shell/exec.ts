@@ -10,6 +10,7 @@
 import type { Command, CommandResult, Executor } from "../core/executor.ts";
 import { type CommandPolicy, commandRefusal, KPROXY_COMMAND_POLICY } from "./command_policy.ts";
 import { childEnvironment } from "./child_env.ts";
+import { readAllBytes, readLines } from "./child_output.ts";
 
 /** Thrown when a command exits non-zero, times out or cannot start. */
 export class CommandError extends Error {
@@ -165,7 +166,7 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
     // reads would otherwise block on a full pipe.
     const finished = command.onStdoutLine
       ? outputByLines(child, command.onStdoutLine)
-      : child.output();
+      : wholeOutput(child);
     finished.catch(() => {}); // awaited below; no unhandled rejection while stdin is written
     if (command.stdin !== undefined) {
       await writeAll(child.stdin, command.stdin);
@@ -189,21 +190,27 @@ export async function spawnCommand(command: Command): Promise<CommandResult> {
   }
 }
 
+/** Waits for `child`, its stdout and stderr read whole. */
+async function wholeOutput(
+  child: Deno.ChildProcess,
+): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }> {
+  const [status, stdout, stderr] = await Promise.all([
+    child.status,
+    readAllBytes(child.stdout),
+    readAllBytes(child.stderr),
+  ]);
+  return { code: status.code, stdout, stderr };
+}
+
 /** Waits for `child`, handing its stdout to `onLine` line by line; stdout comes back empty. */
 async function outputByLines(
   child: Deno.ChildProcess,
   onLine: (line: string) => void,
 ): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }> {
-  const stderr = new Response(child.stderr).arrayBuffer();
+  const stderr = readAllBytes(child.stderr);
   stderr.catch(() => {}); // awaited below
   try {
-    let rest = "";
-    for await (const text of child.stdout.pipeThrough(new TextDecoderStream())) {
-      const lines = (rest + text).split("\n");
-      rest = lines.pop()!;
-      for (const line of lines) onLine(line);
-    }
-    if (rest !== "") onLine(rest);
+    await readLines(child.stdout, onLine);
   } catch (error) {
     try {
       child.kill("SIGKILL");
@@ -213,7 +220,7 @@ async function outputByLines(
     throw error;
   }
   const [status, errors] = await Promise.all([child.status, stderr]);
-  return { code: status.code, stdout: new Uint8Array(), stderr: new Uint8Array(errors) };
+  return { code: status.code, stdout: new Uint8Array(), stderr: errors };
 }
 
 /** UTF-16 code units encoded and written at a time: a large script is never copied whole. */
