@@ -81,7 +81,7 @@ const RESTORE_ARGS = ["-w", LOCK_WAIT_SECONDS, "--noflush", "--counters"];
 const RESTORE_TIMEOUT_MS = 300_000;
 const NFT_CHAINS_PER_RESTORE = 2000;
 /** Restore input between two full collections during a sync, at least. */
-const GARBAGE_MIN_BYTES = 2 * 1024 * 1024;
+const GARBAGE_MIN_BYTES = 1024 * 1024;
 const CANARY_TABLES: readonly IptablesTable[] = ["mangle", "nat", "filter"];
 /** One read of every nfacct object of the namespace. */
 const NFACCT_LIST = { program: "nfacct", args: ["list"] };
@@ -105,7 +105,7 @@ export interface IptablesBackendOptions {
    * input (or a quarter of all so far) went out since the last. The inputs'
    * rules and text are promoted to V8's old generation while the next input
    * renders and are freed only by a full collection.
-   * @default {{ minBytes: 2 MiB, collect: V8's full collection }}
+   * @default {{ minBytes: 1 MiB, collect: V8's full collection }}
    */
   garbage?: { minBytes: number; collect?: () => void };
 }
