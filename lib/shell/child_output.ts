@@ -3,8 +3,8 @@
  * buffers kproxy owns. Deno 2.9.6's `ChildProcess.output()`, a default
  * reader and `new Response(stream)` each allocate fresh native buffers per
  * read (64 KiB and up); freed, they stay resident in glibc's heap: 1000
- * commands left ~140 MiB behind, 7000 ~280 MiB (a kproxy runs one command per
- * sync). Read this way, 1000 commands leave ~20 MiB
+ * commands left ~150 MiB behind, 7000 ~250 MiB (a kproxy runs one command per
+ * sync). Read this way, 1000 commands leave ~23 MiB
  * (`tests/support/command_memory.ts`).
  *
  * @module

@@ -78,8 +78,8 @@ Deno.test("DenoExecutor.run() kills the program when onStdoutLine throws", async
 });
 
 Deno.test("DenoExecutor.run() leaves no memory behind per command: 1000 runs add < 40 MiB resident", async () => {
-  // Deno's `ChildProcess.output()` left ~140 MiB of freed but resident glibc
-  // heap after 1000 commands (~280 MiB after 7000): a node's kproxy runs one
+  // Deno's `ChildProcess.output()` left ~150 MiB of freed but resident glibc
+  // heap after 1000 commands (~250 MiB after 7000): a node's kproxy runs one
   // per sync. Measured in a process of its own, after full collections.
   const script = new URL("../support/command_memory.ts", import.meta.url).pathname;
   const output = await new Deno.Command(Deno.execPath(), {
