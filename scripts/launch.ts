@@ -15,6 +15,7 @@ import { parseCommandLine } from "../lib/config/command_line.ts";
 import { ConfigError } from "../lib/config/values.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../lib/shell/permissions.ts";
 import { v8FlagsArg } from "../lib/shell/v8_flags.ts";
+import { ROOT_STORE_VARIABLE } from "../lib/shell/source/transport.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
 
@@ -29,6 +30,18 @@ export function launchArgs(argv: string[]): string[] {
     getEnv: (name) => Deno.env.get(name),
   });
   return ["run", ...denoFlags(permissionsFor(input)), v8FlagsArg(), bundle, ...argv];
+}
+
+/**
+ * Environment variables a launcher adds for kproxy: `DENO_TLS_CA_STORE` set
+ * and empty, so Deno's default root store is empty and the cluster's CA is the
+ * only trust anchor of kproxy's own TLS client (`lib/shell/source/transport.ts`),
+ * unless the operator named the stores. The image and the systemd unit set the same.
+ */
+export function launchEnvironment(
+  getEnv: (name: string) => string | undefined = (name) => Deno.env.get(name),
+): Record<string, string> {
+  return getEnv(ROOT_STORE_VARIABLE) === undefined ? { [ROOT_STORE_VARIABLE]: "" } : {};
 }
 
 /**
@@ -60,7 +73,8 @@ if (import.meta.main) {
       "granted"
     ? Deno.execPath()
     : "deno";
-  const child = new Deno.Command(deno, { args, stdin: "inherit" }).spawn();
+  const child = new Deno.Command(deno, { args, env: launchEnvironment(), stdin: "inherit" })
+    .spawn();
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => child.kill(signal));
   }

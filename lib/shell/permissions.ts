@@ -45,6 +45,9 @@ const ENV_VARS: readonly string[] = [
   "LOG_TOKENS",
   "LOG_STREAM",
   "GLIBC_TUNABLES",
+  // Whether the default TLS root store is empty (lib/shell/source/transport.ts).
+  "DENO_TLS_CA_STORE",
+  "DENO_CERT",
 ];
 
 /** A set of Deno permissions. Empty lists grant nothing. */

@@ -17,7 +17,7 @@
  */
 
 import { memoryOf } from "./process.ts";
-import { launchArgs } from "../launch.ts";
+import { launchArgs, launchEnvironment } from "../launch.ts";
 import { median, withNamespace } from "./harness.ts";
 import {
   linkToHost,
@@ -181,7 +181,8 @@ export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
  * `scripts/launch.ts` computes from the same flags.
  */
 export function shippedKproxy(flags: string[]): string[] {
-  return [Deno.execPath(), ...launchArgs(flags)];
+  const env = Object.entries(launchEnvironment()).map(([name, value]) => `${name}=${value}`);
+  return [...(env.length > 0 ? ["env", ...env] : []), Deno.execPath(), ...launchArgs(flags)];
 }
 
 /** Builds `dist/kproxy.js` from this checkout (`deno task bundle`). */

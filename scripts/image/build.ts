@@ -91,6 +91,8 @@ export const IMAGE_SETTINGS: ImageSettings = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "DENO_DIR=/tmp/deno",
     "DENO_NO_UPDATE_CHECK=1",
+    // Deno's default root store empty: the cluster CA is kproxy's only trust anchor.
+    "DENO_TLS_CA_STORE=",
   ],
   workingDir: "/",
   labels: {},

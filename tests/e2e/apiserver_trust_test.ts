@@ -1,9 +1,11 @@
 /**
  * kproxy trusts only the cluster's CA for the apiserver, as client-go does:
  * a certificate from any other CA is refused even when the process's
- * default store trusts that CA (`DENO_CERT`), and no request (no token)
- * reaches such a server. Checked for a kubeconfig and for the in-cluster
- * service account, on a real `deno run main.ts plan`.
+ * default store trusts that CA (`DENO_CERT`, or the system store), and no
+ * request (no token) reaches such a server. Checked for a kubeconfig and for
+ * the in-cluster service account, on a real `deno run main.ts plan`, through
+ * both transports: `node:https` (a default store) and Deno's own TLS client
+ * (`DENO_TLS_CA_STORE=""`, as kproxy's launchers start it).
  *
  * @module
  */
@@ -147,6 +149,60 @@ Deno.test({
         assert.equal(result.code, 0, result.stderr);
         assert.ok(JSON.parse(result.stdout).ipv4, "no plan printed");
         assert.ok(genuine.requests.length > 0);
+      });
+    });
+  },
+});
+
+Deno.test({
+  name: "with DENO_TLS_CA_STORE empty, kproxy's Deno TLS client trusts only the kubeconfig's CA",
+  ignore: skipReason !== undefined,
+  async fn(t) {
+    await withFixture(async ({ dir, rogue, genuine }) => {
+      // The rogue CA is the whole system store; DENO_TLS_CA_STORE="" must leave it out.
+      const systemStore = { SSL_CERT_FILE: `${dir}/rogue-ca.pem`, SSL_CERT_DIR: dir };
+      const empty = { ...systemStore, DENO_TLS_CA_STORE: "" };
+      const probe = `${dir}/probe.ts`;
+      await Deno.writeTextFile(
+        probe,
+        "try { console.log((await fetch(Deno.args[0]!)).status); } catch { console.log('refused'); }\n",
+      );
+      const fetchWith = (env: Record<string, string>) =>
+        runUntil(Deno.execPath(), ["run", "--allow-net", probe, `${rogue.url}/api/v1/nodes`], {
+          env,
+        });
+
+      await t.step("control: the system store holding the rogue CA vouches for it", async () => {
+        const result = await fetchWith({ ...systemStore, DENO_TLS_CA_STORE: "system" });
+        assert.equal(result.stdout.trim(), "200", result.stderr);
+      });
+
+      await t.step('DENO_TLS_CA_STORE="" empties the default store', async () => {
+        const result = await fetchWith(empty);
+        assert.equal(result.stdout.trim(), "refused", result.stderr);
+        rogue.requests.length = 0;
+      });
+
+      await t.step("a certificate from another CA is refused; no request is sent", async () => {
+        const kubeconfig = await writeKubeconfig(rogue, `${dir}/rogue.kubeconfig`);
+        const result = await runUntil(
+          Deno.execPath(),
+          planArgs("--kubeconfig", kubeconfig, "--v=2"),
+          { env: empty, until: REFUSED },
+        );
+        assert.match(result.stderr, /tls="?deno/, "the Deno TLS client was not used");
+        assert.match(result.stderr, REFUSED);
+        assert.equal(result.stdout, "");
+        assert.deepEqual(rogue.requests, [], "a request (and its token) reached the rogue server");
+      });
+
+      await t.step("a certificate signed by the kubeconfig's CA is accepted", async () => {
+        const kubeconfig = await writeKubeconfig(genuine, `${dir}/genuine.kubeconfig`);
+        const result = await runUntil(Deno.execPath(), planArgs("--kubeconfig", kubeconfig), {
+          env: empty,
+        });
+        assert.equal(result.code, 0, result.stderr);
+        assert.ok(JSON.parse(result.stdout).ipv4, "no plan printed");
       });
     });
   },

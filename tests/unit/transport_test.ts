@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { ApiTransport } from "../../lib/shell/source/transport.ts";
+import { ApiTransport, rootStoreIsEmpty } from "../../lib/shell/source/transport.ts";
+import { launchEnvironment } from "../../scripts/launch.ts";
 
 const PAGE = JSON.stringify({
   kind: "ServiceList",
@@ -116,5 +117,46 @@ Deno.test("ApiTransport: an abort while a gzip body streams fails the read", asy
         transport.close();
       }
     },
+  );
+});
+
+Deno.test("rootStoreIsEmpty() holds only for an empty DENO_TLS_CA_STORE without DENO_CERT", () => {
+  const cases: [Record<string, string>, boolean][] = [
+    [{}, false],
+    [{ DENO_TLS_CA_STORE: "" }, true],
+    [{ DENO_TLS_CA_STORE: "," }, true],
+    [{ DENO_TLS_CA_STORE: " , " }, true],
+    [{ DENO_TLS_CA_STORE: "system" }, false],
+    [{ DENO_TLS_CA_STORE: ",mozilla" }, false],
+    [{ DENO_TLS_CA_STORE: "", DENO_CERT: "/etc/extra.pem" }, false],
+    [{ DENO_TLS_CA_STORE: "", DENO_CERT: "" }, false],
+  ];
+  for (const [env, expected] of cases) {
+    assert.equal(rootStoreIsEmpty((name) => env[name]), expected, JSON.stringify(env));
+  }
+});
+
+Deno.test("ApiTransport with an empty root store refuses an https apiserver without a CA, saying why", async () => {
+  const transport = new ApiTransport({ rootStoreEmpty: true });
+  try {
+    await assert.rejects(
+      transport.get({
+        url: "https://127.0.0.1:1/api/v1/nodes",
+        headers: {},
+        signal: AbortSignal.timeout(10_000),
+        tls: {},
+      }),
+      /no certificate-authority is configured.*DENO_TLS_CA_STORE/,
+    );
+  } finally {
+    transport.close();
+  }
+});
+
+Deno.test("launchEnvironment() empties Deno's root store unless the operator named the stores", () => {
+  assert.deepEqual(launchEnvironment(() => undefined), { DENO_TLS_CA_STORE: "" });
+  assert.deepEqual(
+    launchEnvironment((name) => name === "DENO_TLS_CA_STORE" ? "system" : undefined),
+    {},
   );
 });

@@ -234,6 +234,7 @@ export class KubeSource implements Source {
     logger.info("Listing from the apiserver at {server} ({origin} settings)", {
       server: this.#connection.server,
       origin: this.#connection.origin,
+      tls: this.#transport.native ? "deno" : "node",
     });
     const pending = new Set(this.#resources.map((r) => r.kind));
     const onListed = (kind: ObjectKind) => {

@@ -3,86 +3,66 @@
  * service account, that CA is the only trust anchor, as in client-go: no
  * Mozilla root, no `DENO_CERT`, no system store vouches for the apiserver.
  *
- * `fetch` cannot do this in Deno 2.9.6: `Deno.createHttpClient({ caCerts })`
- * adds the CA to the default root store (`DENO_CERT` and `DENO_TLS_CA_STORE`
- * included). `node:https` follows Node's contract instead, where the `ca`
- * option replaces the default roots; verification is forced on
- * (`rejectUnauthorized`), so `NODE_TLS_REJECT_UNAUTHORIZED=0` cannot turn it
- * off. Responses come back as web {@linkcode Response}s.
+ * Deno's own TLS (`Deno.connectTls`, `fetch`) adds a connection's CAs to the
+ * process's default root store, which `DENO_TLS_CA_STORE` chooses (Mozilla's
+ * roots unless set) and `DENO_CERT` extends. A process started with
+ * `DENO_TLS_CA_STORE=""` (set and empty) and without `DENO_CERT` has an empty
+ * default store: Deno reads both variables when the process first needs the
+ * store, and an empty list names no store (`get_root_cert_store` in Deno's
+ * `cli/lib/args.rs`). kproxy's launchers start it so (`scripts/launch.ts`,
+ * the image's `kproxy.sh`, the systemd unit, the Windows service); then the
+ * cluster CA given to {@linkcode Http1Client} is the only anchor, and a
+ * request costs a fraction of what `node:https` costs (docs/BENCHMARKS.md:
+ * ~27 MiB less resident memory for one 6 MB body).
+ *
+ * Any other process falls back to {@linkcode NodeTransport} (`node:https`),
+ * where Node's contract makes the `ca` option replace the default roots. A
+ * plain `http:` apiserver (`--master=http://…`) needs no trust and always goes
+ * through {@linkcode Http1Client}.
  *
  * Lists ask for a gzip body, as client-go does (Go's transport asks by
- * default): a tenth of the bytes go through TLS and node's streams, whose
- * pieces, freed only by the next collections, had left ~50 MiB of glibc heap
- * behind the 64 MB of a 10k-Service list (docs/BENCHMARKS.md). Watches do not
- * ask, so no event waits in a compressor; a kubeconfig's `disable-compression`
- * turns it off (`ApiConnection.compress`).
+ * default); watches do not, so no event waits in a decompressor; a
+ * kubeconfig's `disable-compression` turns it off (`ApiConnection.compress`).
  *
  * @module
  */
 
-import http from "node:http";
-import https from "node:https";
-import { pipeline, Readable } from "node:stream";
-import zlib from "node:zlib";
+import { Http1Client } from "./http1.ts";
+import { NodeTransport } from "./node_transport.ts";
+import type { ApiRequest, ApiWrite } from "./api_request.ts";
 
-/** PEM material of one TLS client: the CA to trust and an optional client certificate. */
-export interface TlsMaterial {
-  /** The only CA trusted for the server's certificate; the default roots when absent. */
-  ca?: string;
-  cert?: string;
-  key?: string;
+export type { ApiRequest, ApiWrite, TlsMaterial } from "./api_request.ts";
+
+/** The variable naming Deno's default root stores; "" names none. */
+export const ROOT_STORE_VARIABLE = "DENO_TLS_CA_STORE";
+/** The variable naming a CA file Deno adds to its default root store. */
+export const EXTRA_CA_VARIABLE = "DENO_CERT";
+
+/**
+ * Whether this process's default TLS root store is empty: `DENO_TLS_CA_STORE`
+ * set to "" (or only separators) and no `DENO_CERT`. Read from the
+ * environment the process was started with; a variable kproxy may not read
+ * (`--ignore-env`) counts as unset, so the answer is then false.
+ */
+export function rootStoreIsEmpty(getEnv: (name: string) => string | undefined): boolean {
+  const stores = getEnv(ROOT_STORE_VARIABLE);
+  if (stores === undefined || stores.split(",").some((store) => store.trim() !== "")) return false;
+  return getEnv(EXTRA_CA_VARIABLE) === undefined;
 }
 
-/** One request to the apiserver. */
-export interface ApiRequest {
-  url: string;
-  headers: Record<string, string>;
-  signal: AbortSignal;
-  tls: TlsMaterial;
-  /** Ask for a gzip-compressed body (lists); the Response carries the decoded bytes. */
-  compressed?: boolean;
-}
-
-/** A request with a method and body (JSON text), for {@linkcode ApiTransport.send}. */
-export interface ApiWrite extends ApiRequest {
-  method: "POST";
-  body: string;
-}
-
-/** Statuses whose Response may not carry a body. */
-const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
-
-/** Bytes of decoded body per piece a gzip body is read in: few pieces per page. */
-const GUNZIP_CHUNK = 256 * 1024;
-
-/** The body of a node response, decoded when it came gzip-compressed. */
-function decodedBody(incoming: http.IncomingMessage): Readable {
-  if (incoming.headers["content-encoding"] !== "gzip") return incoming;
-  // pipeline: a cut connection or an abort (destroying `incoming`) fails the decoder too.
-  return pipeline(incoming, zlib.createGunzip({ chunkSize: GUNZIP_CHUNK }), () => {});
-}
-
-/** A web Response streaming a node response's body. */
-function toResponse(incoming: http.IncomingMessage): Response {
-  const status = incoming.statusCode ?? 0;
-  const headers = new Headers();
-  const gzip = incoming.headers["content-encoding"] === "gzip";
-  for (const [name, value] of Object.entries(incoming.headers)) {
-    if (value === undefined) continue;
-    // The encoding and length describe the bytes on the wire, not the decoded body.
-    if (gzip && (name === "content-encoding" || name === "content-length")) continue;
-    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
-  }
-  let body: ReadableStream<Uint8Array> | null = null;
-  if (NULL_BODY_STATUSES.has(status)) incoming.resume();
-  else body = Readable.toWeb(decodedBody(incoming)) as ReadableStream<Uint8Array>;
-  return new Response(body, { status, statusText: incoming.statusMessage ?? "", headers });
+/** Options of {@linkcode ApiTransport}. */
+export interface ApiTransportOptions {
+  /**
+   * Whether the process's default root store is empty, so a CA given to a
+   * Deno connection is its only anchor. @default {rootStoreIsEmpty(Deno.env.get)}
+   */
+  rootStoreEmpty?: boolean;
 }
 
 /**
- * Sends requests over keep-alive connections. One HTTPS agent is kept for
- * the current TLS material and replaced when the material changes (an exec
- * plugin's rotated client certificate).
+ * Sends requests to the apiserver over kept-alive connections, through
+ * {@linkcode Http1Client} where the trust contract holds and
+ * {@linkcode NodeTransport} otherwise.
  *
  * @example Usage
  * ```ts ignore
@@ -96,77 +76,67 @@ function toResponse(incoming: http.IncomingMessage): Response {
  * ```
  */
 export class ApiTransport {
-  readonly #http = new http.Agent({ keepAlive: true });
-  #https?: https.Agent;
-  #httpsKey = "";
+  readonly #rootStoreEmpty: boolean;
+  readonly #native = new Http1Client();
+  #node?: NodeTransport;
+
+  constructor(options: ApiTransportOptions = {}) {
+    this.#rootStoreEmpty = options.rootStoreEmpty ??
+      rootStoreIsEmpty((name) => Deno.env.get(name));
+  }
+
+  /** Whether an `https:` request with a CA goes through Deno's own TLS. */
+  get native(): boolean {
+    return this.#rootStoreEmpty;
+  }
 
   /**
    * Sends a GET; resolves with the response once its headers arrived. Aborting
    * the signal rejects the request or errors the response body.
    */
   get(request: ApiRequest): Promise<Response> {
-    return this.#send(request, "GET");
+    return this.#route(request, "GET");
   }
 
   /** Sends a request with a body; resolves with the response once its headers arrived. */
   send(request: ApiWrite): Promise<Response> {
-    return this.#send(request, request.method, request.body);
-  }
-
-  #send(request: ApiRequest, method: string, body?: string): Promise<Response> {
-    const { signal } = request;
-    if (signal.aborted) return Promise.reject(signal.reason);
-    const secure = request.url.startsWith("https:");
-    const client = secure ? https : http;
-    const agent = secure ? this.#httpsAgent(request.tls) : this.#http;
-    return new Promise((resolve, reject) => {
-      // Deno's node:http misses an abort that comes while the response is
-      // awaited, so the signal is handled here rather than passed on.
-      const headers = request.compressed
-        ? { ...request.headers, "Accept-Encoding": "gzip" }
-        : request.headers;
-      const outgoing = client.request(request.url, { method, agent, headers });
-      let incoming: http.IncomingMessage | undefined;
-      const abort = () => {
-        outgoing.destroy(signal.reason);
-        incoming?.destroy(signal.reason);
-        reject(signal.reason);
-      };
-      const settled = () => signal.removeEventListener("abort", abort);
-      signal.addEventListener("abort", abort, { once: true });
-      outgoing.on("error", (error) => {
-        settled();
-        reject(error);
-      });
-      outgoing.on("response", (response: http.IncomingMessage) => {
-        incoming = response;
-        response.on("close", settled);
-        resolve(toResponse(response));
-      });
-      outgoing.end(body);
-    });
+    return this.#route(request, request.method, request.body);
   }
 
   /** Closes every kept-alive connection. */
   close(): void {
-    this.#http.destroy();
-    this.#https?.destroy();
-    this.#https = undefined;
-    this.#httpsKey = "";
+    this.#native.close();
+    this.#node?.close();
   }
 
-  #httpsAgent(tls: TlsMaterial): https.Agent {
-    const key = JSON.stringify([tls.ca, tls.cert, tls.key]);
-    if (this.#https !== undefined && key === this.#httpsKey) return this.#https;
-    this.#https?.destroy();
-    const options: https.AgentOptions = { keepAlive: true, rejectUnauthorized: true };
-    if (tls.ca !== undefined) options.ca = tls.ca;
-    if (tls.cert !== undefined && tls.key !== undefined) {
-      options.cert = tls.cert;
-      options.key = tls.key;
+  #route(request: ApiRequest, method: "GET" | "POST", body?: string): Promise<Response> {
+    const { url, headers, signal, tls, compressed } = request;
+    if (signal.aborted) return Promise.reject(signal.reason);
+    const secure = url.startsWith("https:");
+    if (!secure || (this.#rootStoreEmpty && tls.ca !== undefined)) {
+      const caCerts = tls.ca === undefined ? [] : [tls.ca];
+      return this.#native.request({
+        url,
+        method,
+        headers,
+        body,
+        signal,
+        tls: secure ? { caCerts, cert: tls.cert, key: tls.key } : undefined,
+        gzip: compressed,
+      });
     }
-    this.#https = new https.Agent(options);
-    this.#httpsKey = key;
-    return this.#https;
+    if (this.#rootStoreEmpty) {
+      return Promise.reject(
+        new Error(
+          "Cannot verify the apiserver's certificate: no certificate-authority is configured " +
+            `and this process's default root store is empty (${ROOT_STORE_VARIABLE}=""); name ` +
+            `the cluster's CA in the kubeconfig, or start kproxy without ${ROOT_STORE_VARIABLE}`,
+        ),
+      );
+    }
+    this.#node ??= new NodeTransport();
+    return method === "GET"
+      ? this.#node.get(request)
+      : this.#node.send({ ...request, method, body: body ?? "" });
   }
 }
