@@ -11,10 +11,13 @@ Deno.test("launchArgs() runs the bundle with kproxy's V8 flags, as the compiled 
 });
 
 Deno.test("compileArgs() bakes the same V8 flags into the executable", () => {
-  assert.deepEqual(V8_FLAGS, ["--max-semi-space-size=4", "--expose-gc"]);
+  assert.deepEqual(V8_FLAGS, ["--max-semi-space-size=4", "--expose-gc", "--single-threaded"]);
   const args = compileArgs("x86_64-unknown-linux-gnu", {
     apiservers: ["10.0.0.1:6443"],
     nodePorts: { first: 30000, last: 32767 },
   });
-  assert.ok(args.includes("--v8-flags=--max-semi-space-size=4,--expose-gc"), args.join(" "));
+  assert.ok(
+    args.includes("--v8-flags=--max-semi-space-size=4,--expose-gc,--single-threaded"),
+    args.join(" "),
+  );
 });
