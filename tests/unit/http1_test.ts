@@ -372,3 +372,37 @@ Deno.test({
     }
   },
 });
+
+Deno.test("Http1Client: an abort while the TLS handshake hangs rejects at once", async () => {
+  // A server that accepts the connection and never answers the ClientHello.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) held.push(conn);
+  })();
+  const client = new Http1Client();
+  const controller = new AbortController();
+  try {
+    const pending = client.request({
+      url: `https://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/api/v1/nodes`,
+      method: "GET",
+      headers: {},
+      signal: controller.signal,
+      tls: { caCerts: [] },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    controller.abort(new Error("stopping"));
+    let fallback: ReturnType<typeof setTimeout> | undefined;
+    const outcome = await Promise.race([
+      pending.then(() => "answered", (error) => String(error)),
+      new Promise<string>((resolve) => fallback = setTimeout(() => resolve("hung"), 10_000)),
+    ]);
+    clearTimeout(fallback);
+    assert.match(outcome, /stopping/);
+  } finally {
+    client.close();
+    listener.close();
+    for (const conn of held) conn.close();
+    await accepting.catch(() => {});
+  }
+});

@@ -138,11 +138,39 @@ class Wire {
     this.unpark();
     if (this.closed) return;
     this.closed = true;
-    try {
-      this.conn.close();
-    } catch {
-      // already closed by the peer or an abort
-    }
+    closeQuietly(this.conn);
+  }
+}
+
+/**
+ * `opening`'s connection, or the signal's reason as soon as it aborts; a
+ * connection that opens after the abort is closed.
+ */
+async function untilAborted<T extends Deno.Conn>(
+  opening: Promise<T>,
+  signal: AbortSignal,
+): Promise<T> {
+  let onAbort = () => {};
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([opening, aborted]);
+  } catch (error) {
+    opening.then(closeQuietly, () => {});
+    throw error;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // already closed
   }
 }
 
@@ -341,37 +369,34 @@ export class Http1Client {
   }
 
   async #dial(url: URL, key: string, request: Http1Request): Promise<Wire> {
+    const { signal } = request;
     const hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
     const secure = url.protocol === "https:";
     const port = Number(url.port || (secure ? 443 : 80));
     let conn: Deno.Conn;
     if (secure) {
       const tls = request.tls ?? { caCerts: [] };
-      const options: Deno.ConnectTlsOptions & Deno.TlsCertifiedKeyPem = {
-        hostname,
-        port,
-        caCerts: tls.caCerts,
-      } as Deno.ConnectTlsOptions & Deno.TlsCertifiedKeyPem;
+      const options = { hostname, port, caCerts: tls.caCerts } as
+        & Deno.ConnectTlsOptions
+        & Partial<Deno.TlsCertifiedKeyPem>;
       if (tls.cert !== undefined && tls.key !== undefined) {
         options.cert = tls.cert;
         options.key = tls.key;
       }
-      conn = await Deno.connectTls(options);
+      const tlsConn = await untilAborted(Deno.connectTls(options), signal);
       try {
-        await (conn as Deno.TlsConn).handshake();
+        // The certificate is checked before a byte of the request (a token) is written.
+        await untilAborted(tlsConn.handshake().then(() => tlsConn), signal);
       } catch (error) {
-        conn.close();
+        closeQuietly(tlsConn);
         throw error;
       }
+      conn = tlsConn;
     } else {
-      conn = await Deno.connect({ hostname, port });
+      conn = await untilAborted(Deno.connect({ hostname, port, signal }), signal);
     }
     const wire = new Wire(conn, key);
     this.#open.add(wire);
-    if (request.signal.aborted) {
-      this.#discard(wire);
-      throw request.signal.reason;
-    }
     return wire;
   }
 
