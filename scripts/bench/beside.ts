@@ -177,7 +177,7 @@ export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
 
 /**
  * kproxy as its container image runs it (`scripts/image/kproxy.sh`): the
- * bundle under `deno run` with the exact permissions and V8 flags
+ * bundle under `deno run` with the exact permissions, V8 flags and environment
  * `scripts/launch.ts` computes from the same flags.
  */
 export function shippedKproxy(flags: string[]): string[] {

@@ -241,7 +241,7 @@ export function besideSection(beside: BesideResults | undefined, machine: string
     "each are created through the API, as a client sends them (the bench's realistic objects;",
     "the apiserver adds managedFields), once per size and used by both proxies. Then kproxy",
     "(as its image runs it: the bundle, built by the bench, under `deno run` with the exact",
-    "permissions and V8 flags `scripts/launch.ts` computes) and kube-proxy run in turn in that",
+    "permissions, V8 flags and environment `scripts/launch.ts` computes) and kube-proxy run in turn in that",
     "namespace, alternating run by run, the ruleset flushed before each start and each run",
     "started once the machine is quiet (under 0.3 cores busy over a second; after a load the",
     "apiserver and etcd work on for a while: up to 120 s, 15 s between runs), with the same",
