@@ -14,7 +14,7 @@
  * @module
  */
 
-import http from "node:http";
+import type http from "node:http";
 import https from "node:https";
 import { pipeline, Readable } from "node:stream";
 import zlib from "node:zlib";
@@ -52,9 +52,10 @@ function toResponse(incoming: http.IncomingMessage): Response {
 }
 
 /**
- * Sends requests over keep-alive connections. One HTTPS agent is kept for
- * the current TLS material and replaced when the material changes (an exec
- * plugin's rotated client certificate).
+ * Sends `https:` requests over keep-alive connections (plain `http:` goes
+ * through `http1.ts`). One agent is kept for the current TLS material and
+ * replaced when the material changes (an exec plugin's rotated client
+ * certificate).
  *
  * @example Usage
  * ```ts ignore
@@ -68,7 +69,6 @@ function toResponse(incoming: http.IncomingMessage): Response {
  * ```
  */
 export class NodeTransport {
-  readonly #http = new http.Agent({ keepAlive: true });
   #https?: https.Agent;
   #httpsKey = "";
 
@@ -88,16 +88,17 @@ export class NodeTransport {
   #send(request: ApiRequest, method: string, body?: string): Promise<Response> {
     const { signal } = request;
     if (signal.aborted) return Promise.reject(signal.reason);
-    const secure = request.url.startsWith("https:");
-    const client = secure ? https : http;
-    const agent = secure ? this.#httpsAgent(request.tls) : this.#http;
+    if (!request.url.startsWith("https:")) {
+      return Promise.reject(new TypeError(`NodeTransport sends https: only, not ${request.url}`));
+    }
+    const agent = this.#httpsAgent(request.tls);
     return new Promise((resolve, reject) => {
       // Deno's node:http misses an abort that comes while the response is
       // awaited, so the signal is handled here rather than passed on.
       const headers = request.compressed
         ? { ...request.headers, "Accept-Encoding": "gzip" }
         : request.headers;
-      const outgoing = client.request(request.url, { method, agent, headers });
+      const outgoing = https.request(request.url, { method, agent, headers });
       let incoming: http.IncomingMessage | undefined;
       const abort = () => {
         outgoing.destroy(signal.reason);
@@ -121,7 +122,6 @@ export class NodeTransport {
 
   /** Closes every kept-alive connection. */
   close(): void {
-    this.#http.destroy();
     this.#https?.destroy();
     this.#https = undefined;
     this.#httpsKey = "";
