@@ -72,7 +72,7 @@ public sealed class KproxyServiceHost : ServiceBase {
     // Deno's default TLS root store empty ("," names no store; Windows drops an
     // empty value): the cluster's CA is kproxy's only trust anchor.
     if (Environment.GetEnvironmentVariable("DENO_TLS_CA_STORE") == null) {
-      info.EnvironmentVariables["DENO_TLS_CA_STORE"] = ",";
+      info.Environment["DENO_TLS_CA_STORE"] = ",";
     }
     child = new Process { StartInfo = info, EnableRaisingEvents = true };
     child.OutputDataReceived += (s, e) => { if (e.Data != null) Write(e.Data); };

@@ -36,6 +36,22 @@ export function unitSettings(unit: string): Map<string, string[]> {
   return settings;
 }
 
+/**
+ * The variables of a unit's `Environment=` lines: space-separated
+ * `NAME=value` assignments, double-quoted when a value holds spaces.
+ */
+export function unitEnvironment(lines: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of lines) {
+    for (const [, quoted, bare] of line.matchAll(/"([^"]*)"|(\S+)/g)) {
+      const assignment = quoted ?? bare!;
+      const equals = assignment.indexOf("=");
+      if (equals > 0) env[assignment.slice(0, equals)] = assignment.slice(equals + 1);
+    }
+  }
+  return env;
+}
+
 /** Every system call of each `systemd-analyze syscall-filter` group, groups expanded. */
 async function syscallGroups(): Promise<Map<string, Set<string>>> {
   const out = await new Deno.Command("systemd-analyze", {
@@ -258,6 +274,7 @@ const REPRODUCED = new Set([
   "SystemCallArchitectures",
   "SystemCallFilter",
   "SystemCallErrorNumber",
+  "Environment",
 ]);
 
 /** A command line that runs `command` under the unit's restrictions, in a new mount namespace. */
@@ -340,6 +357,7 @@ export async function sandboxed(
       ...options.command,
     ],
     env: {
+      ...unitEnvironment(settings.get("Environment") ?? []),
       RW_PATHS: (settings.get("ReadWritePaths") ?? []).join(" "),
       UMASK: last("UMask") ?? "0022",
       NOFILE: last("LimitNOFILE") ?? "1024",
