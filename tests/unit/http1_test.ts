@@ -406,3 +406,22 @@ Deno.test("Http1Client: an abort while the TLS handshake hangs rejects at once",
     await accepting.catch(() => {});
   }
 });
+
+Deno.test("Http1Client does not send a GET again when a reused connection answered garbage", async () => {
+  await withScriptedServer(
+    [
+      { pieces: ["HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"] },
+      { pieces: ["SSH-2.0-OpenSSH\r\n\r\n"] },
+    ],
+    async (url, seen) => {
+      const client = new Http1Client();
+      try {
+        assert.equal(await (await get(client, url)).text(), "ok");
+        await assert.rejects(get(client, url), HttpProtocolError);
+        assert.equal(seen.heads.length, 2, "the request was sent again");
+      } finally {
+        client.close();
+      }
+    },
+  );
+});

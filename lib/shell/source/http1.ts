@@ -4,11 +4,10 @@
  * kept-alive connections, `Content-Length`, chunked and close-delimited
  * bodies, and an optional gzip body decoded by `DecompressionStream`.
  *
- * Why not `node:https`: a Deno process that loads `node:https` and receives
- * one 6 MB body over it peaks at ~66 MiB, over `Deno.connectTls` at ~39 MiB,
- * and `fetch` at ~57 MiB (docs/BENCHMARKS.md). Why not `fetch`: the same, and
- * `Deno.createHttpClient` adds more than it saves. The TLS trust contract is
- * the caller's: see {@linkcode ApiTransport} in `transport.ts`.
+ * Why not `node:https` or `fetch`: a Deno process that receives one 6 MB
+ * body peaks at ~39 MiB over `Deno.connectTls`, ~57 MiB over `fetch` and
+ * ~66 MiB over `node:https` (docs/ARCHITECTURE.md, "Apiserver TLS"). The TLS
+ * trust contract is the caller's: see `ApiTransport` in `transport.ts`.
  *
  * @module
  */
@@ -242,8 +241,8 @@ async function readHead(wire: Wire): Promise<Head | null> {
   }
 }
 
-function framingOf(head: Head, method: string): Framing {
-  if (method === "HEAD" || NULL_BODY_STATUSES.has(head.status)) return { kind: "none" };
+function framingOf(head: Head): Framing {
+  if (NULL_BODY_STATUSES.has(head.status)) return { kind: "none" };
   if (head.transferEncoding.length > 0) {
     const codings = head.transferEncoding.join(",").split(",").map((c) => c.trim().toLowerCase());
     if (codings.at(-1) !== "chunked" || codings.some((c) => c !== "chunked" && c !== "identity")) {
@@ -344,7 +343,8 @@ export class Http1Client {
       } catch (error) {
         this.#discard(wire, abort, signal);
         if (signal.aborted) throw signal.reason;
-        if (reused && request.method === "GET") continue;
+        // A protocol error means the server answered: only a dead connection is retried.
+        if (reused && request.method === "GET" && !(error instanceof HttpProtocolError)) continue;
         throw error;
       }
       if (head === null) {
@@ -432,7 +432,7 @@ export class Http1Client {
     if (head.status === 101 || head.status > 599) {
       throw new HttpProtocolError(`unexpected status ${head.status}`);
     }
-    const framing = framingOf(head, request.method);
+    const framing = framingOf(head);
     const keep = reusable(head, framing);
     const { signal } = request;
     const finish = (clean: boolean) => {
