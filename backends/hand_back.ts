@@ -6,7 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../lib/core/logger.ts";
 import type { Config } from "../lib/config/types.ts";
 import type { Executor } from "../lib/core/executor.ts";
 import { isMissingProgram } from "../lib/shell/exec.ts";

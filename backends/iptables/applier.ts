@@ -12,7 +12,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import {
   type Backend,
   type CleanupOptions,

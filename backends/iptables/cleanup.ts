@@ -9,7 +9,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import { runChecked } from "../../lib/shell/exec.ts";
 import type { Executor } from "../../lib/core/executor.ts";
 import type { IpFamily } from "../../lib/core/model.ts";

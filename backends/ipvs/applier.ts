@@ -10,7 +10,7 @@
 import { ipFamily } from "../../lib/core/ip.ts";
 import { ipvsSamples, LIST_STATS, parseIpvsStats } from "./stats.ts";
 import type { ServiceCounterSample } from "../../lib/core/service_counters.ts";
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import {
   type Backend,
   type CleanupOptions,

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { isIP } from "node:net";
+import { parseIP } from "../../lib/core/ip.ts";
 import type { Protocol } from "../../lib/core/model.ts";
 import { type RealServer, realServerKey, type VirtualServer, virtualServerKey } from "./render.ts";
 
@@ -14,7 +14,7 @@ export function parseHostPort(text: string): { address: string; port: number } {
   const match = /^\[([0-9a-fA-F:.]+)\]:(\d+)$/.exec(text) ?? /^([0-9.]+):(\d+)$/.exec(text);
   const address = match?.[1] ?? "";
   const port = Number(match?.[2]);
-  if (!match || isIP(address) === 0 || port < 0 || port > 65535) {
+  if (!match || parseIP(address) === undefined || port < 0 || port > 65535) {
     throw new TypeError(`Cannot parse IPVS address "${text}": expected address:port`);
   }
   return { address, port };

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import type { Backend, KernelInspection, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { isMissingProgram, runChecked } from "../../lib/shell/exec.ts";

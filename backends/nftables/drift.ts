@@ -20,7 +20,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import { systemClock } from "../../lib/shell/clock.ts";
 import type { Clock } from "../../lib/core/clock.ts";
 import type { Executor } from "../../lib/core/executor.ts";

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import type { Plan, PlanEndpoint, ServicePortPlan, TrafficPlan } from "../../lib/core/plan.ts";
 import { collapseCIDRs, parseCIDR } from "../../lib/core/ip.ts";
 import { objectName, serviceNameSuffix } from "./names.ts";

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../lib/core/logger.ts";
 import type { Backend, SyncRequest, SyncResult } from "../../lib/core/backend.ts";
 import type { Config } from "../../lib/config/types.ts";
 import { runChecked } from "../../lib/shell/exec.ts";

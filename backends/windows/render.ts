@@ -11,7 +11,6 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
 import type { IpFamily, Protocol } from "../../lib/core/model.ts";
 import type { Plan, PlanEndpoint } from "../../lib/core/plan.ts";
 import {
@@ -20,6 +19,7 @@ import {
   checkServicePort,
 } from "../../lib/core/plan_check.ts";
 import { cidrContains, parseIP } from "../../lib/core/ip.ts";
+import { sha1Hex } from "../../lib/core/sha1.ts";
 
 /** First 8 hex digits of every HNS object id kproxy creates ("kpro" in ASCII). */
 const KPROXY_ID_PREFIX = "6b70726f";
@@ -157,7 +157,7 @@ export function isKproxyId(id: string): boolean {
 
 /** A kproxy id: the prefix, a 4-digit kind, then digits of the SHA-1 of `content`. */
 function kproxyId(kind: "0001" | "0002", content: string): string {
-  const hash = createHash("sha1").update(content).digest("hex");
+  const hash = sha1Hex(content);
   return `${KPROXY_ID_PREFIX}-${kind}-${hash.slice(0, 4)}-${hash.slice(4, 8)}-${hash.slice(8, 20)}`;
 }
 

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { parseIP } from "../../lib/core/ip.ts";
 import type {
   HnsNetworkInfo,
   LoadBalancerSpec,
@@ -19,7 +20,6 @@ import type {
   RemoteSubnet,
 } from "./render.ts";
 import { validateGuid } from "./render.ts";
-import { isIP } from "node:net";
 
 /** PowerShell treats these four characters as well as `'` as single quotes. */
 const SINGLE_QUOTES = /['\u2018\u2019\u201A\u201B]/g;
@@ -45,7 +45,9 @@ function psInt(value: number, max: number): string {
 }
 
 function checkIp(ip: string): string {
-  if (isIP(ip) === 0) throw new TypeError(`Cannot use "${ip}" in an HNS script: not an IP address`);
+  if (parseIP(ip) === undefined) {
+    throw new TypeError(`Cannot use "${ip}" in an HNS script: not an IP address`);
+  }
   return ip;
 }
 
@@ -437,7 +439,9 @@ function parseNetwork(value: unknown): HnsNetworkInfo | undefined {
   for (const policy of policies) {
     if (policy?.Type !== "RemoteSubnetRoute") continue;
     const { DestinationPrefix, ProviderAddress } = policy.Settings ?? {};
-    if (typeof DestinationPrefix !== "string" || isIP(ProviderAddress ?? "") === 0) continue;
+    if (typeof DestinationPrefix !== "string" || parseIP(ProviderAddress ?? "") === undefined) {
+      continue;
+    }
     remoteSubnets.push({ destinationPrefix: DestinationPrefix, providerAddress: ProviderAddress });
   }
   return { type: network.Type, remoteSubnets };

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import denoJson from "../../deno.json" with { type: "json" };
 import { type Backend, CountersUnavailableError, ModeUnavailableError } from "../core/backend.ts";
 import { createBackend, modeOf } from "../../backends/registry.ts";

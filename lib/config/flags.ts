@@ -5,7 +5,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import type { Config } from "./types.ts";
 import { IPVS_SCHEDULERS } from "./types.ts";
 import { featureGatesHelp } from "./gates.ts";
@@ -641,74 +640,76 @@ function isBooleanFlag(name: string): boolean {
   return FLAGS_BY_NAME.get(name)?.type === "";
 }
 
-/**
- * Rewrites boolean flags to always carry a value (`--cleanup` → `--cleanup=true`)
- * so `parseArgs` can treat every flag as a string and `--flag=false` works.
- */
-function normaliseBooleanFlags(argv: string[]): string[] {
-  const end = argv.indexOf("--");
-  const head = end < 0 ? argv : argv.slice(0, end);
-  const rewritten = head.map((arg) => {
-    const match = /^--([^=]+)$/.exec(arg);
-    return match && isBooleanFlag(match[1]!) && match[1] !== "help" && match[1] !== "version"
-      ? `${arg}=true`
-      : arg;
-  });
-  return end < 0 ? rewritten : [...rewritten, ...argv.slice(end)];
-}
-
 type ParsedToken =
   | { kind: "option"; name: string; value: string; rawName: string }
   | { kind: "positional"; value: string };
 
+/** Flags that only switch something on: `--help` and `--version` take no value at all. */
+const SWITCHES = new Set(["help", "version"]);
+
+/**
+ * Splits a command line into flags and positionals as kube-proxy's pflag
+ * reads it: `--name=value` and `--name value`; a boolean flag alone means
+ * true and takes its value only inline (`--cleanup=false`); `-v=4`, `-v4`,
+ * `-v 4` and `-h`; everything after `--` is positional. A flag that needs a
+ * value and is followed by nothing or by another flag is an error, as is a
+ * flag kproxy does not have.
+ *
+ * @throws {ConfigError} naming the flag
+ */
 export function tokenize(argv: string[]): ParsedToken[] {
-  const options: Record<string, { type: "string" | "boolean"; short?: string }> = {};
-  for (const flag of ALL_FLAGS) {
-    options[flag.name] = {
-      type: flag.name === "help" || flag.name === "version" ? "boolean" : "string",
-    };
-  }
-  options.v = { type: "string", short: "v" };
-  options.help = { type: "boolean", short: "h" };
-  let tokens;
-  try {
-    ({ tokens } = parseArgs({
-      args: normaliseBooleanFlags(argv),
-      options,
-      strict: true,
-      allowPositionals: true,
-      tokens: true,
-    }));
-  } catch (error) {
-    throw flagError(error);
-  }
   const out: ParsedToken[] = [];
-  for (const token of tokens) {
-    if (token.kind === "positional") out.push({ kind: "positional", value: token.value });
-    if (token.kind === "option") {
-      let value = token.value ?? "true";
-      // `-v=4` arrives as "=4": accept it as pflag does.
-      if (token.rawName === "-v" && value.startsWith("=")) value = value.slice(1);
-      out.push({ kind: "option", name: token.name, value, rawName: token.rawName });
+  for (let index = 0; index < argv.length; index++) {
+    const arg = argv[index]!;
+    if (arg === "--") {
+      for (const rest of argv.slice(index + 1)) out.push({ kind: "positional", value: rest });
+      break;
     }
+    if (!arg.startsWith("-") || arg === "-") {
+      out.push({ kind: "positional", value: arg });
+      continue;
+    }
+    const long = arg.startsWith("--");
+    const [name, inline] = long ? splitLong(arg.slice(2)) : splitShort(arg.slice(1));
+    const rawName = long ? `--${name}` : `-${name}`;
+    const field = name === "v" ? "--v" : rawName;
+    if (!long && name !== "v" && name !== "h") {
+      throw new ConfigError(rawName, `Cannot parse ${rawName}: unknown flag (see --help)`);
+    }
+    const canonical = name === "h" ? "help" : name;
+    if (long && !FLAGS_BY_NAME.has(canonical) && canonical !== "v") {
+      throw new ConfigError(field, `Cannot parse ${field}: unknown flag (see --help)`);
+    }
+    if (SWITCHES.has(canonical)) {
+      if (inline !== undefined) {
+        throw new ConfigError(field, `Cannot parse ${field}: takes no value`);
+      }
+      out.push({ kind: "option", name: canonical, value: "true", rawName });
+      continue;
+    }
+    let value = inline;
+    if (value === undefined && isBooleanFlag(canonical)) value = "true";
+    if (value === undefined) {
+      const next = argv[index + 1];
+      if (next === undefined || (next.startsWith("-") && next !== "-")) {
+        throw new ConfigError(field, `Cannot parse ${field}: a value is required`);
+      }
+      value = next;
+      index++;
+    }
+    out.push({ kind: "option", name: canonical, value, rawName });
   }
   return out;
 }
 
-/** Converts a `parseArgs` error into a one-line ConfigError naming the flag. */
-function flagError(error: unknown): ConfigError {
-  const message = error instanceof Error ? error.message : String(error);
-  const code = (error as { code?: string }).code;
-  const flag = /'(-{1,2}[^' <=]+)/.exec(message)?.[1] ?? "flags";
-  const field = flag === "-v" ? "--v" : flag;
-  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
-    return new ConfigError(field, `Cannot parse ${field}: unknown flag (see --help)`);
-  }
-  if (/argument missing|ambiguous/.test(message)) {
-    return new ConfigError(field, `Cannot parse ${field}: a value is required`);
-  }
-  if (/does not take an argument/.test(message)) {
-    return new ConfigError(field, `Cannot parse ${field}: takes no value`);
-  }
-  return new ConfigError(field, `Cannot parse ${field}: ${message.split("\n")[0]}`);
+/** `name=value` → [name, value]; `name` → [name, undefined]. */
+function splitLong(text: string): [string, string | undefined] {
+  const equals = text.indexOf("=");
+  return equals < 0 ? [text, undefined] : [text.slice(0, equals), text.slice(equals + 1)];
+}
+
+/** `v=4`, `v4` → ["v", "4"]; `h` → ["h", undefined]. */
+function splitShort(text: string): [string, string | undefined] {
+  const rest = text.slice(1);
+  return [text.slice(0, 1), rest === "" ? undefined : rest.replace(/^=/, "")];
 }

@@ -11,7 +11,7 @@
  */
 
 import { deepEqual } from "./deep_equal.ts";
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "./logger.ts";
 import type { DetectLocalMode } from "./plan.ts";
 import { categorizeEndpoints, mergeSliceEndpoints } from "./endpoints.ts";
 import { FrontendClaims, serviceKeyOfPortId } from "./frontends.ts";

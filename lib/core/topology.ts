@@ -10,7 +10,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "./logger.ts";
 import type { EndpointHints, Service } from "./model.ts";
 import { HOSTNAME_LABEL, ZONE_LABEL } from "./model.ts";
 import type { PlanEndpoint } from "./plan.ts";

@@ -13,7 +13,7 @@
  */
 
 import { deepEqual } from "./deep_equal.ts";
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "./logger.ts";
 import type { Clock } from "./clock.ts";
 import type { EndpointSlice, Node, Service, ServiceCIDR, ServiceKey } from "./model.ts";
 import { serviceKey } from "./model.ts";

@@ -17,7 +17,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import { systemClock } from "./clock.ts";
 import type { Clock } from "../core/clock.ts";
 import {

@@ -30,7 +30,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import type { Clock } from "../core/clock.ts";
 import { systemClock } from "./clock.ts";
 import { ConnectionLimit, type LimitedConnection } from "./connection_limit.ts";

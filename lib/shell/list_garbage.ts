@@ -22,9 +22,6 @@
  * @module
  */
 
-import v8 from "node:v8";
-import vm from "node:vm";
-
 /** Listed bytes between two collections, at least. */
 const MIN_BUDGET = 16 * 1024 * 1024;
 
@@ -39,15 +36,24 @@ const BUDGET_SHARE = 1 / 4;
  */
 const MIN_AT_END = 1024 * 1024;
 
-/** Deno's `gc` of a `node:vm` context, installed once `--expose-gc` is set at run time. */
+/**
+ * Deno's `gc` of a `node:vm` context, installed once `--expose-gc` is set at
+ * run time. `node:v8` and `node:vm` are imported on the first call, so a
+ * process with V8's own `gc` never starts Deno's Node compatibility layer;
+ * the calls made while they load collect nothing.
+ */
 function contextCollector(): () => void {
   let viaContext: (() => void) | undefined;
+  let loading: Promise<void> | undefined;
   return () => {
-    if (viaContext === undefined) {
-      v8.setFlagsFromString("--expose-gc");
-      viaContext = vm.runInNewContext("gc") as () => void;
-    }
-    viaContext();
+    if (viaContext !== undefined) return viaContext();
+    loading ??= Promise.all([import("node:v8"), import("node:vm")]).then(([v8, vm]) => {
+      v8.default.setFlagsFromString("--expose-gc");
+      viaContext = vm.default.runInNewContext("gc") as () => void;
+      viaContext();
+    }).catch(() => {
+      viaContext = () => {};
+    });
   };
 }
 
@@ -197,7 +203,7 @@ const BEFORE_APPLY_MIN_HEAP = 48 * 1024 * 1024;
 export interface BeforeApplyCollection {
   /** A regular full collection. @default {V8's full GC} */
   collect?: () => void;
-  /** Bytes of V8's heap in use. @default {v8.getHeapStatistics().used_heap_size} */
+  /** Bytes of V8's heap in use. @default {Deno.memoryUsage().heapUsed} */
   heapUsed?: () => number;
 }
 
@@ -230,7 +236,7 @@ export class StartupRelease {
   constructor(collect: () => void = reducingCollection, before: BeforeApplyCollection = {}) {
     this.#collect = collect;
     this.#collectBefore = before.collect ?? fullCollection;
-    this.#heapUsed = before.heapUsed ?? (() => v8.getHeapStatistics().used_heap_size);
+    this.#heapUsed = before.heapUsed ?? (() => Deno.memoryUsage().heapUsed);
   }
 
   /** Collects before the first sync is applied, from a large heap up; does nothing later. */

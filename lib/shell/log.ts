@@ -9,7 +9,7 @@
  * @module
  */
 
-import { configure, type LogLevel, type LogRecord, type Sink } from "@logtape/logtape";
+import { configureLogging, type LogLevel, type LogRecord, type Sink } from "../core/logger.ts";
 
 /** Options for {@linkcode setupLogging}. */
 export interface LoggingOptions {
@@ -46,46 +46,35 @@ export function lowestLevelFor(verbosity: number): LogLevel {
 }
 
 /**
- * Configures `@logtape/logtape` for kproxy, replacing any earlier configuration.
+ * Routes kproxy's log records (`lib/core/logger.ts`) to klog-like lines,
+ * replacing any earlier routes.
  *
  * @param options Verbosity and, for tests, where lines go.
- * @throws {RangeError} When the verbosity is not an integer of 0 or more.
+ * @returns A promise rejected with a RangeError when the verbosity is not an
+ * integer of 0 or more.
  * @example Usage
  * ```ts
  * import { setupLogging } from "./log.ts";
  * await setupLogging({ verbosity: 2 });
  * ```
  */
-export async function setupLogging(options: LoggingOptions): Promise<void> {
+export function setupLogging(options: LoggingOptions): Promise<void> {
   const { verbosity } = options;
   if (!Number.isInteger(verbosity) || verbosity < 0) {
-    throw new RangeError(`Cannot set up logging: verbosity ${verbosity} is not 0 or more`);
+    return Promise.reject(
+      new RangeError(`Cannot set up logging: verbosity ${verbosity} is not 0 or more`),
+    );
   }
   const write = options.sink ?? writeStderr;
   const sink: Sink = (record) => write(formatRecord(record));
   const lowestLevel = lowestLevelFor(verbosity);
-  await configure({
-    reset: true,
-    sinks: { klog: sink },
-    loggers: [
-      { category: [], sinks: ["klog"], lowestLevel },
-      // LogTape's own diagnostics: problems only, never its "configured" notice.
-      {
-        category: ["logtape", "meta"],
-        sinks: ["klog"],
-        parentSinks: "override",
-        lowestLevel: "warning",
-      },
-      ...(lowestLevel === "warning"
-        ? [{
-          category: MAIN_CATEGORY,
-          sinks: ["klog" as const],
-          parentSinks: "override" as const,
-          lowestLevel: "info" as const,
-        }]
-        : []),
-    ],
-  });
+  configureLogging([
+    { category: [], sink, lowestLevel },
+    ...(lowestLevel === "warning"
+      ? [{ category: MAIN_CATEGORY, sink, lowestLevel: "info" as const }]
+      : []),
+  ]);
+  return Promise.resolve();
 }
 
 const encoder = new TextEncoder();
@@ -101,7 +90,7 @@ function writeStderr(line: string): void {
  * the category's last part, the quoted message, then `key=value` for each
  * property the message does not already show. Pure.
  *
- * @param record A LogTape record.
+ * @param record A log record.
  * @returns One line, without a newline.
  * @example Usage
  * ```ts
@@ -136,8 +125,7 @@ function formatTimestamp(ms: number): string {
 }
 
 /** Names of `{placeholders}` in a message template. */
-function placeholders(rawMessage: string | TemplateStringsArray): Set<string> {
-  if (typeof rawMessage !== "string") return new Set();
+function placeholders(rawMessage: string): Set<string> {
   return new Set(
     [...rawMessage.matchAll(/\{([^{}]+)\}/g)].map((match) => match[1]!.trim()),
   );

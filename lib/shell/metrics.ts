@@ -1,71 +1,36 @@
 /**
- * The metrics kproxy serves on `/metrics`, through prom-client: kube-proxy's
- * (`kubeproxy_*`, same names, types, labels and buckets as kube-proxy 1.36),
- * the process metrics every Go component exposes (`process_*`, see
- * `process_metrics.ts`) and kproxy's own (`kproxy_*`).
- *
- * Only prom-client's registry and its counter, gauge and histogram modules
- * are loaded: its index also loads the Summary (tdigest), the Pushgateway
- * (node:http), the cluster aggregator and the Node.js default metrics, which
- * cost ~4 MiB more resident memory (docs/ARCHITECTURE.md, "Metrics").
- *
- * A metric read at scrape time is a prom-client metric with a `collect()`
- * callback registered on {@linkcode ProxyMetrics.registry}:
- *
- * ```ts ignore
- * new Gauge({
- *   name: "kproxy_example",
- *   help: "An example",
- *   labelNames: ["service"],
- *   registers: [metrics.registry],
- *   collect() {
- *     this.reset();
- *     this.set({ service: "default/web" }, 1);
- *   },
- * });
- * ```
+ * The metrics kproxy serves on `/metrics`: kube-proxy's (`kubeproxy_*`, same
+ * names, types, labels and buckets as kube-proxy 1.36), the process metrics
+ * every Go component exposes (`process_*`, see `process_metrics.ts`) and
+ * kproxy's own (`kproxy_*`). The metric types and the text are
+ * `prometheus.ts`'s.
  *
  * @module
  */
 
-import type * as Prom from "prom-client";
-import RegistryModule from "prom-client/lib/registry.js";
-import CounterModule from "prom-client/lib/counter.js";
-import GaugeModule from "prom-client/lib/gauge.js";
-import HistogramModule from "prom-client/lib/histogram.js";
-import BucketsModule from "prom-client/lib/bucketGenerators.js";
 import type { IpFamily } from "../core/model.ts";
 import { IPTABLES_COUNTED_TABLES } from "../core/backend.ts";
+import {
+  Counter,
+  exponentialBuckets,
+  Gauge,
+  Histogram,
+  linearBuckets,
+  Registry,
+} from "./prometheus.ts";
 import { FRONTEND_KINDS } from "./shadowed_frontends.ts";
 
-/** prom-client's registry: `metrics()` renders the text exposition format 0.0.4. */
-export const Registry: typeof Prom.Registry = RegistryModule;
-/** prom-client's registry. */
-export type Registry = Prom.Registry;
-/** prom-client's counter. */
-export const Counter: typeof Prom.Counter = CounterModule;
-/** prom-client's counter. */
-export type Counter<L extends string = string> = Prom.Counter<L>;
-/** prom-client's gauge. */
-export const Gauge: typeof Prom.Gauge = GaugeModule;
-/** prom-client's gauge. */
-export type Gauge<L extends string = string> = Prom.Gauge<L>;
-/** prom-client's histogram. */
-export const Histogram: typeof Prom.Histogram = HistogramModule;
-/** prom-client's histogram. */
-export type Histogram<L extends string = string> = Prom.Histogram<L>;
-
-const buckets: Pick<typeof Prom, "exponentialBuckets" | "linearBuckets"> = BucketsModule;
+export { Counter, Gauge, Histogram, Registry };
 
 /** Buckets of sync durations, as upstream: 1 ms doubling 15 times (to ~16 s). */
-export const SYNC_DURATION_BUCKETS: readonly number[] = buckets.exponentialBuckets(0.001, 2, 15);
+export const SYNC_DURATION_BUCKETS: readonly number[] = exponentialBuckets(0.001, 2, 15);
 
 /** Buckets of network programming latency, as upstream: 0.25 s … 5 min. */
 export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
-  ...buckets.linearBuckets(0.25, 0.25, 2),
-  ...buckets.linearBuckets(1, 1, 59),
-  ...buckets.linearBuckets(60, 5, 12),
-  ...buckets.linearBuckets(120, 30, 7),
+  ...linearBuckets(0.25, 0.25, 2),
+  ...linearBuckets(1, 1, 59),
+  ...linearBuckets(60, 5, 12),
+  ...linearBuckets(120, 30, 7),
 ];
 
 /** The `ip_family` label of kube-proxy's per-family metrics. */
@@ -88,7 +53,7 @@ export async function histogramTotals(
 ): Promise<{ count: number; sum: number }> {
   const totals = { count: 0, sum: 0 };
   for (const value of (await histogram.get()).values) {
-    const labelled = value.labels as Record<string, unknown>;
+    const labelled = value.labels;
     if (Object.entries(labels).some(([name, wanted]) => labelled[name] !== wanted)) continue;
     if (value.metricName?.endsWith("_count")) totals.count += value.value;
     else if (value.metricName?.endsWith("_sum")) totals.sum += value.value;

@@ -6,8 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
-import os from "node:os";
+import { getLogger } from "../core/logger.ts";
 import type { Config } from "../config/types.ts";
 import { conntrackSysctls } from "../core/conntrack_sysctls.ts";
 import type { Executor } from "../core/executor.ts";
@@ -20,19 +19,45 @@ const logger = getLogger(["kproxy", "node"]);
 export interface NodeSetupOptions {
   config: Config;
   executor: Executor;
-  /** @default {the host's CPUs (os.cpus, as cadvisor counts them), else navigator.hardwareConcurrency} */
+  /** @default {the host's online CPUs ({@linkcode ONLINE_CPUS_FILE}), else navigator.hardwareConcurrency} */
   cpus?: number;
   /** The process whose OOM score to set. @default {Deno.pid} */
   pid?: number;
 }
 
-/** The number of CPUs as kube-proxy counts them: all of the host's, else the usable ones. */
+/** Where Linux lists its online CPUs ("0-3,6"); kube-proxy's cadvisor reads the same /sys tree. */
+export const ONLINE_CPUS_FILE = "/sys/devices/system/cpu/online";
+
+/** The number of CPUs in a kernel CPU list such as "0-3,6"; undefined when it is not one. */
+export function countCpuList(list: string): number | undefined {
+  let count = 0;
+  for (const range of list.trim().split(",")) {
+    const match = /^(\d+)(?:-(\d+))?$/.exec(range);
+    if (!match) return undefined;
+    const first = Number(match[1]);
+    const last = Number(match[2] ?? match[1]);
+    if (last < first) return undefined;
+    count += last - first + 1;
+  }
+  return count;
+}
+
+/**
+ * The number of CPUs as kube-proxy counts them: all of the host's online
+ * CPUs (cadvisor's topology from /sys), where Deno lets this process read
+ * /sys (only with every permission); else the CPUs it may use
+ * (`navigator.hardwareConcurrency`: its CPU affinity, as Go's
+ * `runtime.NumCPU`, and a cgroup CPU limit, which kube-proxy's count
+ * ignores — the two differ only for a kproxy given a CPU limit). `node:os`
+ * would count the host's, but importing it starts Deno's Node compatibility
+ * layer (docs/ARCHITECTURE.md, "No Node at start-up").
+ */
 function hostCpus(): number {
   try {
-    const count = os.cpus().length;
-    if (count > 0) return count;
+    const count = countCpuList(Deno.readTextFileSync(ONLINE_CPUS_FILE));
+    if (count !== undefined && count > 0) return count;
   } catch {
-    // Without --allow-sys=cpus: the CPUs this process may use, as Go's runtime.NumCPU.
+    // Refused without every permission, or no /sys: the usable CPUs.
   }
   return navigator.hardwareConcurrency;
 }

@@ -122,7 +122,7 @@ export function permissionsFor(input: PermissionInput): PermissionSet {
     net: [...new Set(net)].sort(),
     read: [...new Set(input.read.filter((path) => path !== ""))].sort(),
     env: [...ENV_VARS],
-    sys: ["hostname", "networkInterfaces", ...(linux ? ["cpus"] : [])],
+    sys: ["hostname", "networkInterfaces"],
   };
 }
 

@@ -3,7 +3,10 @@
  * at scrape time: CPU time, resident memory, start time, open and maximum
  * file descriptors.
  *
- * CPU comes from `node:process` `cpuUsage()`, memory from
+ * CPU comes from `Deno.cpuUsage()` (the runtime's reading behind
+ * `node:process`'s `cpuUsage()`, present in Deno 2.9 though not in its
+ * types; calling it directly keeps the Node compatibility layer asleep),
+ * memory from
  * `Deno.memoryUsage()` and the start time from `performance.timeOrigin`: none
  * needs a permission. The descriptor counts come from `/proc/self/fd` and
  * `/proc/self/limits`, which Deno refuses to any process without
@@ -14,8 +17,7 @@
  * @module
  */
 
-import { cpuUsage } from "node:process";
-import { Counter, Gauge, type Registry } from "./metrics.ts";
+import { Counter, Gauge, type Registry } from "./prometheus.ts";
 
 /** Where the process figures come from; inject a fake one in tests. */
 export interface ProcessStats {
@@ -44,6 +46,12 @@ function tryRead<T>(read: () => T): T | undefined {
     return undefined;
   }
 }
+
+/** User and system CPU time in microseconds, as `node:process`'s `cpuUsage()`. */
+type CpuUsage = () => { user: number; system: number };
+
+const cpuUsage = (Deno as unknown as { cpuUsage?: CpuUsage }).cpuUsage ??
+  (() => ({ user: NaN, system: NaN }));
 
 /** The figures of this Deno process. */
 export const denoProcessStats: ProcessStats = {

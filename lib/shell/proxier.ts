@@ -6,7 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import type { Backend, SyncResult } from "../core/backend.ts";
 import { systemClock } from "./clock.ts";
 import { CommandError } from "./exec.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import {
   handleHealthRequest,
   type HealthRequestOptions,

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import type { Clock } from "../core/clock.ts";
 import type { ServiceCounterSample } from "../core/service_counters.ts";
 

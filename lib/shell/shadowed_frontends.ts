@@ -6,7 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import type { IpFamily } from "../core/model.ts";
 import { findServicePort, type FrontendKind, type Plan } from "../core/plan.ts";
 

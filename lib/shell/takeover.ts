@@ -8,7 +8,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../core/logger.ts";
 import {
   createBackend,
   type HandBackOutcome,

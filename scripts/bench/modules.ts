@@ -20,7 +20,7 @@ const ROOT = new URL("../../", import.meta.url).pathname;
 /** One step: what the process imports, and whether it then makes an HTTPS request. */
 const STEPS: { name: string; imports: string[]; https?: boolean }[] = [
   { name: "deno, nothing imported", imports: [] },
-  { name: "@logtape/logtape", imports: ["@logtape/logtape"] },
+  { name: "node:util", imports: ["node:util"] },
   { name: "node:http + node:https", imports: ["node:http", "node:https"] },
   { name: "lib/config/flags.ts", imports: [`${ROOT}lib/config/flags.ts`] },
   { name: "lib/commands/app.ts", imports: [`${ROOT}lib/commands/app.ts`] },

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { configure, type LogRecord, reset } from "@logtape/logtape";
+import { configureLogging, type LogRecord, resetLogging } from "../../lib/core/logger.ts";
 
 /**
  * Runs `body` with every record of `category` (and the categories below it)
@@ -16,17 +16,10 @@ export async function withLogRecords(
   body: (records: LogRecord[]) => void | Promise<void>,
 ): Promise<void> {
   const records: LogRecord[] = [];
-  await configure({
-    sinks: { buffer: (record) => records.push(record) },
-    loggers: [
-      { category, sinks: ["buffer"], lowestLevel: "debug" },
-      { category: ["logtape", "meta"], sinks: [], lowestLevel: "error" },
-    ],
-    reset: true,
-  });
+  configureLogging([{ category, sink: (record) => records.push(record), lowestLevel: "debug" }]);
   try {
     await body(records);
   } finally {
-    await reset();
+    resetLogging();
   }
 }

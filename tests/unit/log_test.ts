@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { getLogger, type LogLevel, type LogRecord, reset } from "@logtape/logtape";
+import { getLogger, type LogLevel, type LogRecord, resetLogging } from "../../lib/core/logger.ts";
 import { formatRecord, lowestLevelFor, setupLogging } from "../../lib/shell/log.ts";
 
 /** 2026-11-23T09:30:00.123Z plus 456 microseconds. */
@@ -112,7 +112,7 @@ async function shownAt(verbosity: number): Promise<string[]> {
       for (const level of LEVELS) logger[level]("{level} from {area}", { level, area });
     }
   } finally {
-    await reset();
+    resetLogging();
   }
   return lines.map((line) => {
     const match = / (\w+)\] "(\w+) from/.exec(line);
@@ -159,13 +159,13 @@ Deno.test("setupLogging() filters by verbosity", async (t) => {
   }
 });
 
-Deno.test("setupLogging() writes formatted lines and hides LogTape's own notice", async () => {
+Deno.test("setupLogging() writes formatted lines", async () => {
   const lines: string[] = [];
   await setupLogging({ verbosity: 5, sink: (line) => lines.push(line) });
   try {
     getLogger(["kproxy", "runner"]).info("Synced rules", { mode: "nftables", durationMs: 12 });
   } finally {
-    await reset();
+    resetLogging();
   }
   assert.equal(lines.length, 1, lines.join("\n"));
   assert.match(

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { conntrackSysctls } from "../../lib/core/conntrack_sysctls.ts";
-import { setUpNode } from "../../lib/shell/node_setup.ts";
+import { countCpuList, ONLINE_CPUS_FILE, setUpNode } from "../../lib/shell/node_setup.ts";
 import { parseCommandLine } from "../../lib/config/command_line.ts";
 import { FakeExecutor, type RecordedCommand } from "../support/fake_executor.ts";
 
@@ -318,4 +318,26 @@ Deno.test("main() --init-only sets the node up and exits 0 without proxying", as
   });
   assert.equal(code, 0);
   assert.equal(calls, 1);
+});
+
+Deno.test("countCpuList() counts a kernel CPU list, as cadvisor counts the host's CPUs", () => {
+  const cases: [string, number | undefined][] = [
+    ["0\n", 1],
+    ["0-3\n", 4],
+    ["0-3,6,8-9", 7],
+    ["", undefined],
+    ["0-", undefined],
+    ["3-1", undefined],
+    ["a", undefined],
+  ];
+  for (const [list, want] of cases) assert.equal(countCpuList(list), want, JSON.stringify(list));
+});
+
+Deno.test("the host's online CPU list is where node_setup reads it, and counts them all", {
+  ignore: Deno.build.os !== "linux",
+}, async () => {
+  // Deno refuses /sys to a process without every permission: read it as root would.
+  const output = await new Deno.Command("cat", { args: [ONLINE_CPUS_FILE] }).output();
+  const count = countCpuList(new TextDecoder().decode(output.stdout));
+  assert.ok(count !== undefined && count >= navigator.hardwareConcurrency, `${count}`);
 });

@@ -58,6 +58,7 @@ Deno.test("permissionsFor() names exact hosts, ports and files", () => {
     "127.0.0.1:10249",
   ]);
   assert.deepEqual(set.read, ["/etc/kproxy/config.yaml"]);
+  assert.deepEqual(set.sys, ["hostname", "networkInterfaces"], "no node:os, so no cpus");
 });
 
 Deno.test("permissionsFor() grants no host without a port", () => {

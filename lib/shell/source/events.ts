@@ -6,7 +6,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../core/logger.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
 import type { ApiConnection } from "./kubeconfig.ts";
 import type { ApiTransport } from "./transport.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../core/logger.ts";
 import type { ObjectKind, Source, SourceListener } from "../../core/source.ts";
 import { sleep } from "./backoff.ts";
 import { manifestDocuments, type ManifestObject } from "./manifest.ts";

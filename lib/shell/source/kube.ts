@@ -22,7 +22,7 @@
  * @module
  */
 
-import { getLogger } from "@logtape/logtape";
+import { getLogger } from "../../core/logger.ts";
 import type { ObjectKind, Source, SourceListener } from "../../core/source.ts";
 import { systemClock } from "../clock.ts";
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";

@@ -14,8 +14,8 @@
  */
 
 import { joinHostPort } from "../../core/ip.ts";
-import { dirname, isAbsolute, join } from "node:path";
-import { getLogger } from "@logtape/logtape";
+import { dirname, isAbsolute, join } from "../file_path.ts";
+import { getLogger } from "../../core/logger.ts";
 import { parseYamlDocument } from "../../core/yaml.ts";
 import { systemClock } from "../clock.ts";
 

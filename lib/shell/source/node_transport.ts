@@ -11,13 +11,18 @@
  * collections, had left ~50 MiB of glibc heap behind the 64 MB of a
  * 10k-Service list (docs/BENCHMARKS.md).
  *
+ * The `node:` modules are imported by {@linkcode loadNodeTransport}, on the
+ * first request that needs them: a bundle hoists every static import of a
+ * `node:` module to its top, and any of them starts Deno's Node
+ * compatibility layer.
+ *
  * @module
  */
 
 import type http from "node:http";
-import https from "node:https";
-import { pipeline, Readable } from "node:stream";
-import zlib from "node:zlib";
+import type https from "node:https";
+import type stream from "node:stream";
+import type zlib from "node:zlib";
 
 import type { ApiRequest, ApiWrite, TlsMaterial } from "./api_request.ts";
 
@@ -27,15 +32,40 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 /** Bytes of decoded body per piece a gzip body is read in: few pieces per page. */
 const GUNZIP_CHUNK = 256 * 1024;
 
+/** The `node:` modules the transport runs on. */
+interface NodeModules {
+  https: typeof https;
+  stream: typeof stream;
+  zlib: typeof zlib;
+}
+
+/** Imports the `node:` modules, then makes a transport on them. */
+export async function loadNodeTransport(): Promise<NodeTransport> {
+  const [httpsModule, streamModule, zlibModule] = await Promise.all([
+    import("node:https"),
+    import("node:stream"),
+    import("node:zlib"),
+  ]);
+  return new NodeTransport({
+    https: httpsModule.default,
+    stream: streamModule.default,
+    zlib: zlibModule.default,
+  });
+}
+
 /** The body of a node response, decoded when it came gzip-compressed. */
-function decodedBody(incoming: http.IncomingMessage): Readable {
+function decodedBody(node: NodeModules, incoming: http.IncomingMessage): stream.Readable {
   if (incoming.headers["content-encoding"] !== "gzip") return incoming;
   // pipeline: a cut connection or an abort (destroying `incoming`) fails the decoder too.
-  return pipeline(incoming, zlib.createGunzip({ chunkSize: GUNZIP_CHUNK }), () => {});
+  return node.stream.pipeline(
+    incoming,
+    node.zlib.createGunzip({ chunkSize: GUNZIP_CHUNK }),
+    () => {},
+  );
 }
 
 /** A web Response streaming a node response's body. */
-function toResponse(incoming: http.IncomingMessage): Response {
+function toResponse(node: NodeModules, incoming: http.IncomingMessage): Response {
   const status = incoming.statusCode ?? 0;
   const headers = new Headers();
   const gzip = incoming.headers["content-encoding"] === "gzip";
@@ -47,7 +77,9 @@ function toResponse(incoming: http.IncomingMessage): Response {
   }
   let body: ReadableStream<Uint8Array> | null = null;
   if (NULL_BODY_STATUSES.has(status)) incoming.resume();
-  else body = Readable.toWeb(decodedBody(incoming)) as ReadableStream<Uint8Array>;
+  else {
+    body = node.stream.Readable.toWeb(decodedBody(node, incoming)) as ReadableStream<Uint8Array>;
+  }
   return new Response(body, { status, statusText: incoming.statusMessage ?? "", headers });
 }
 
@@ -59,7 +91,7 @@ function toResponse(incoming: http.IncomingMessage): Response {
  *
  * @example Usage
  * ```ts ignore
- * const transport = new NodeTransport();
+ * const transport = await loadNodeTransport();
  * const response = await transport.get({
  *   url: "https://10.0.0.1:6443/api/v1/nodes",
  *   headers: { Authorization: "Bearer …" },
@@ -69,8 +101,13 @@ function toResponse(incoming: http.IncomingMessage): Response {
  * ```
  */
 export class NodeTransport {
+  readonly #node: NodeModules;
   #https?: https.Agent;
   #httpsKey = "";
+
+  constructor(node: NodeModules) {
+    this.#node = node;
+  }
 
   /**
    * Sends a GET; resolves with the response once its headers arrived. Aborting
@@ -98,7 +135,7 @@ export class NodeTransport {
       const headers = request.compressed
         ? { ...request.headers, "Accept-Encoding": "gzip" }
         : request.headers;
-      const outgoing = https.request(request.url, { method, agent, headers });
+      const outgoing = this.#node.https.request(request.url, { method, agent, headers });
       let incoming: http.IncomingMessage | undefined;
       const abort = () => {
         outgoing.destroy(signal.reason);
@@ -114,7 +151,7 @@ export class NodeTransport {
       outgoing.on("response", (response: http.IncomingMessage) => {
         incoming = response;
         response.on("close", settled);
-        resolve(toResponse(response));
+        resolve(toResponse(this.#node, response));
       });
       outgoing.end(body);
     });
@@ -137,7 +174,7 @@ export class NodeTransport {
       options.cert = tls.cert;
       options.key = tls.key;
     }
-    this.#https = new https.Agent(options);
+    this.#https = new this.#node.https.Agent(options);
     this.#httpsKey = key;
     return this.#https;
   }

@@ -16,7 +16,9 @@
  * ~27 MiB less resident memory for one 6 MB body).
  *
  * Any other process falls back to {@linkcode NodeTransport} (`node:https`),
- * where Node's contract makes the `ca` option replace the default roots. A
+ * where Node's contract makes the `ca` option replace the default roots; it
+ * is imported on its first request, so a process that never needs it never
+ * starts Deno's Node compatibility layer. A
  * plain `http:` apiserver (`--master=http://…`) needs no trust and always goes
  * through {@linkcode Http1Client}.
  *
@@ -28,7 +30,7 @@
  */
 
 import { Http1Client } from "./http1.ts";
-import { NodeTransport } from "./node_transport.ts";
+import type { NodeTransport } from "./node_transport.ts";
 import type { ApiRequest, ApiWrite } from "./api_request.ts";
 
 export type { ApiRequest, ApiWrite, TlsMaterial } from "./api_request.ts";
@@ -78,7 +80,7 @@ export interface ApiTransportOptions {
 export class ApiTransport {
   readonly #rootStoreEmpty: boolean;
   readonly #native = new Http1Client();
-  #node?: NodeTransport;
+  #node?: Promise<NodeTransport>;
 
   constructor(options: ApiTransportOptions = {}) {
     this.#rootStoreEmpty = options.rootStoreEmpty ??
@@ -106,7 +108,7 @@ export class ApiTransport {
   /** Closes every kept-alive connection. */
   close(): void {
     this.#native.close();
-    this.#node?.close();
+    this.#node?.then((node) => node.close(), () => {});
   }
 
   #route(request: ApiRequest, method: "GET" | "POST", body?: string): Promise<Response> {
@@ -134,9 +136,11 @@ export class ApiTransport {
         ),
       );
     }
-    this.#node ??= new NodeTransport();
-    return method === "GET"
-      ? this.#node.get(request)
-      : this.#node.send({ ...request, method, body: body ?? "" });
+    this.#node ??= import("./node_transport.ts").then(({ loadNodeTransport }) =>
+      loadNodeTransport()
+    );
+    return this.#node.then((node) =>
+      method === "GET" ? node.get(request) : node.send({ ...request, method, body: body ?? "" })
+    );
   }
 }
