@@ -35,6 +35,11 @@ function tableLoads(executor: FakeExecutor): string[] {
     .map((c) => c.stdin!);
 }
 
+/** The commands run from the `from`-th on, without the load guard's one-time check (`nft -c`). */
+function callsAfter(executor: FakeExecutor, from: number) {
+  return executor.calls.slice(from).filter((c) => c.args[0] !== "-c");
+}
+
 /** Answers `nft -c` (the load guard probe) as a kernel that refuses an armed guard. */
 function refusingProbe(command: RecordedCommand): CommandResult {
   return command.args[0] === "-c"
@@ -70,12 +75,12 @@ Deno.test("createNftablesBackend() full sync is one guarded nft load with every 
   });
   assert.equal(result.full, true);
   const calls = nftCalls(executor);
-  assert.deepEqual(calls.map((c) => c.args.join(" ")), ["-f -", "-c -f -", "-f -"]);
+  assert.deepEqual(calls.map((c) => c.args.join(" ")), ["-f -", "-f -", "-c -f -"]);
   assert.match(calls[0]!.stdin!, /^add table ip kproxy-guard \{ flags dormant ;/);
-  assert.equal(calls[1]!.stdin, "add rule ip kproxy-guard switch jump armed\n");
+  assert.equal(calls[2]!.stdin, "add rule ip kproxy-guard switch jump armed\n");
   const [script, ...others] = tableLoads(executor);
   assert.equal(others.length, 0);
-  assert.ok(script!.startsWith(calls[0]!.stdin! + calls[1]!.stdin!), "guard set-up, then the arm");
+  assert.ok(script!.startsWith(calls[0]!.stdin! + calls[2]!.stdin!), "guard set-up, then the arm");
   assert.ok(script!.endsWith("\nflush chain ip kproxy-guard switch\n"), "the disarm comes last");
   assert.match(script!, /^add table ip kproxy$/m);
   assert.match(script!, /^add table ip6 kproxy$/m);
@@ -84,11 +89,16 @@ Deno.test("createNftablesBackend() full sync is one guarded nft load with every 
   assert.equal(executor.calls.filter((c) => c.program === "sysctl").length, 0);
 });
 
-Deno.test("createNftablesBackend() probes the load guard once and warns when the kernel accepts it armed", async () => {
+Deno.test("createNftablesBackend() probes the load guard once, after the first sync, and warns when the kernel accepts it armed", async () => {
   const executor = new FakeExecutor();
   await withLogRecords(["kproxy", "nftables"], async (records) => {
     const nft = backend(executor);
     await nft.sync({ plans: [v4], changed: new Set(), full: true });
+    assert.deepEqual(
+      nftCalls(executor).map((c) => c.args.join(" ")),
+      ["-f -", "-f -", "-c -f -"],
+      "the probe (a diagnostic) runs once the first rules are in, not on their way",
+    );
     await nft.sync({ plans: [v4], changed: new Set(), full: true });
     const warnings = records.filter((r) => r.level === "warning");
     assert.equal(warnings.length, 1);
@@ -97,19 +107,36 @@ Deno.test("createNftablesBackend() probes the load guard once and warns when the
   assert.equal(nftCalls(executor).filter((c) => c.args[0] === "-c").length, 1);
 });
 
-Deno.test("createNftablesBackend() warmUp() sets up and checks the load guard, so the first full sync is its load alone", async () => {
+Deno.test("createNftablesBackend() a probe still running holds the next sync", async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const executor = new FakeExecutor(async (command) => {
+    if (command.args[0] === "-c") await held;
+    return refusingProbe(command);
+  });
+  const nft = backend(executor);
+  await nft.sync({ plans: [v4], changed: new Set(), full: true });
+  const next = nft.sync({ plans: [v4], changed: new Set(), full: true });
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(tableLoads(executor).length, 1, "no load beside the probe");
+  release();
+  await next;
+  assert.equal(tableLoads(executor).length, 2);
+});
+
+Deno.test("createNftablesBackend() warmUp() sets up the load guard, so the first full sync is its load alone", async () => {
   const executor = new FakeExecutor(refusingProbe);
   const nft = backend(executor);
   await nft.warmUp!();
   const args = () => nftCalls(executor).map((c) => c.args.join(" "));
-  assert.deepEqual(args(), ["-f -", "-c -f -"]);
+  assert.deepEqual(args(), ["-f -"]);
   await nft.sync({ plans: [v4], changed: new Set(), full: true });
-  assert.deepEqual(args(), ["-f -", "-c -f -", "-f -"]);
+  assert.deepEqual(args(), ["-f -", "-f -", "-c -f -"]);
   assert.equal(tableLoads(executor).length, 1);
   await nft.sync({ plans: [v4], changed: new Set(), full: true });
   assert.deepEqual(
     args(),
-    ["-f -", "-c -f -", "-f -", "-f -", "-f -"],
+    ["-f -", "-f -", "-c -f -", "-f -", "-f -"],
     "later full syncs set it up",
   );
 });
@@ -138,8 +165,8 @@ Deno.test("createNftablesBackend() a sync waits for warmUp(); a failed warm-up i
   await syncing;
   assert.deepEqual(
     nftCalls(executor).map((c) => c.args.join(" ")),
-    ["-f -", "-f -", "-c -f -", "-f -"],
-    "the failed set-up, then the sync's own set-up, check and load",
+    ["-f -", "-f -", "-f -", "-c -f -"],
+    "the failed set-up, then the sync's own set-up and load, then the check",
   );
 });
 
@@ -419,7 +446,8 @@ Deno.test("createNftablesBackend() warmUp() finds the replaced tables, so the fi
     await nft.sync({ plans: [v4], changed: new Set(), full: true });
     assert.deepEqual(
       executor.calls.slice(warmUpCalls).map((c) => c.args.join(" ")),
-      ["-f -"],
+      ["-f -", "-c -f -"],
+      "the load, then the guard's one-time check",
     );
     assert.match(tableLoads(executor)[0]!, /\ndelete table ip kube-proxy\n/);
     const removed = records.filter((r) => /Removed nftables table/.test(r.message.join("")));
@@ -474,7 +502,7 @@ Deno.test("createNftablesBackend() loads a first sync in stages on a node withou
   const warmUpCalls = executor.calls.length;
   const result = await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
   assert.equal(result.full, true);
-  const loads = executor.calls.slice(warmUpCalls).map((c) => c.stdin!);
+  const loads = callsAfter(executor, warmUpCalls).map((c) => c.stdin!);
   assert.equal(loads.length, 4, "set-up, two element parts, hooks");
   const [setup, first, second, hooks] = loads as [string, string, string, string];
   assert.match(setup, /^add table ip kproxy\ndelete table ip kproxy\n/);
@@ -495,7 +523,11 @@ Deno.test("createNftablesBackend() loads a first sync in stages on a node withou
   assert.doesNotMatch(hooks, /^add (map|set) ip6? kproxy (?!canary)/m);
 
   await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
-  assert.equal(executor.calls.length, warmUpCalls + 6, "later full syncs: guard set-up, one load");
+  assert.equal(
+    callsAfter(executor, warmUpCalls).length,
+    6,
+    "later full syncs: guard set-up, one load",
+  );
 });
 
 Deno.test("createNftablesBackend() loads a first sync in one batch where kproxy's table serves, or a small one", async (t) => {
@@ -513,7 +545,7 @@ Deno.test("createNftablesBackend() loads a first sync in one batch where kproxy'
       await nft.warmUp!();
       const warmUpCalls = executor.calls.length;
       await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
-      const loads = executor.calls.slice(warmUpCalls);
+      const loads = callsAfter(executor, warmUpCalls);
       assert.equal(loads.length, 1);
       assert.match(loads[0]!.stdin!, /^add table ip kproxy-guard[^]*\nadd table ip kproxy\n/);
     });
@@ -543,7 +575,7 @@ Deno.test("createNftablesBackend() a staged load that fails loads no hooks; the 
   assert.equal(failed.length, 3, "set-up and element parts, no hooks");
   assert.ok(failed.every((stdin) => !/ hook /.test(stdin)));
   await nft.sync({ plans: [v4, v6], changed: new Set(), full: true });
-  const retry = executor.calls.slice(warmUpCalls + 3);
+  const retry = callsAfter(executor, warmUpCalls + 3);
   assert.deepEqual(retry.map((c) => c.args.join(" ")), ["-f -", "-f -"], "guard set-up, one load");
   assert.match(retry[1]!.stdin!, /\nadd table ip kproxy\ndelete table ip kproxy\n[^]* hook /);
   assert.match(retry[1]!.stdin!, /\ndelete table ip kube-proxy\n/, "still replacing kube-proxy's");
