@@ -470,3 +470,47 @@ Deno.test("createIptablesBackend() collects garbage every so many bytes of resto
   await small.sync({ plans: [change.next], changed: new Set(["x"]), full: false });
   assert.equal(collections, afterFull, "inputs below the budget collect nothing");
 });
+
+Deno.test("createIptablesBackend() collects the garbage of a large table reading before it renders", async () => {
+  // A node with kube-proxy's rules of 1k Services: `iptables-save -t nat` is ~3.4 MB of text,
+  // dead once parsed; collected only later, it lay under the first restore's input.
+  const chains = Array.from(
+    { length: 400 },
+    (_, i) => `:KUBE-SEP-${String(i).padStart(16, "0")} - [0:0]`,
+  );
+  const nat = ["*nat", ...chains, "COMMIT", ""].join("\n");
+  let collections = 0;
+  let beforeFirstRestore: number | undefined;
+  const executor = new FakeExecutor((command) => {
+    if (command.program.endsWith("-restore") && beforeFirstRestore === undefined) {
+      beforeFirstRestore = collections;
+    }
+    const stdout = command.program.endsWith("-save") && command.args.includes("nat") ? nat : "";
+    return { code: 0, stdout, stderr: "" };
+  });
+  const backend = createIptablesBackend({
+    executor,
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    garbage: { minBytes: 4096, collect: () => collections++ },
+  });
+  await backend.sync({ plans: [change.previous], changed: new Set(), full: true });
+  assert.ok(nat.length > 4096);
+  assert.equal(beforeFirstRestore, 1, "one collection after the save was parsed");
+
+  collections = 0;
+  beforeFirstRestore = undefined;
+  const small = createIptablesBackend({
+    executor: new FakeExecutor((command) => {
+      if (command.program.endsWith("-restore") && beforeFirstRestore === undefined) {
+        beforeFirstRestore = collections;
+      }
+      return { code: 0, stdout: "", stderr: "" };
+    }),
+    config: config({ backend: "nft" }),
+    families: ["IPv4"],
+    garbage: { minBytes: 4096, collect: () => collections++ },
+  });
+  await small.sync({ plans: [change.previous], changed: new Set(), full: true });
+  assert.equal(beforeFirstRestore, 0, "an empty table's reading collects nothing");
+});
