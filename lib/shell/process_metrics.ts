@@ -81,7 +81,9 @@ export function registerProcessMetrics(
     registers,
     collect() {
       this.reset();
-      this.inc(stats.cpuSeconds());
+      const seconds = stats.cpuSeconds();
+      // A counter refuses NaN; an unreadable CPU time must not fail the scrape.
+      if (Number.isFinite(seconds)) this.inc(seconds);
     },
   });
   new Gauge({

@@ -185,6 +185,20 @@ Deno.test("registerProcessMetrics() serves kube-proxy's process_* families, read
   assert.match(text, /^process_resident_memory_bytes 2000$/m);
 });
 
+Deno.test("registerProcessMetrics() serves the other families when the CPU time cannot be read", async () => {
+  const registry = new Registry();
+  registerProcessMetrics(registry, {
+    cpuSeconds: () => NaN,
+    residentMemoryBytes: () => 1000,
+    startTimeSeconds: () => 1700000000,
+    openFds: () => undefined,
+    maxFds: () => undefined,
+  });
+  const text = await registry.metrics();
+  assert.match(text, /^process_resident_memory_bytes 1000$/m);
+  assert.match(text, /^process_cpu_seconds_total 0$/m, "left at 0, not a failed scrape");
+});
+
 Deno.test("registerProcessMetrics() reads this Deno process by default", async () => {
   const registry = new Registry();
   registerProcessMetrics(registry);
