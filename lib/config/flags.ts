@@ -677,7 +677,7 @@ export function tokenize(argv: string[]): ParsedToken[] {
       throw new ConfigError(rawName, `Cannot parse ${rawName}: unknown flag (see --help)`);
     }
     const canonical = name === "h" ? "help" : name;
-    if (long && !FLAGS_BY_NAME.has(canonical) && canonical !== "v") {
+    if (long && !FLAGS_BY_NAME.has(canonical)) {
       throw new ConfigError(field, `Cannot parse ${field}: unknown flag (see --help)`);
     }
     if (SWITCHES.has(canonical)) {
