@@ -309,6 +309,9 @@ export class Proxier {
       kind: result.full ? "full" : "partial",
       changed: changed.size,
       summary: result.summary ?? "",
+      durationMs: Math.round(finishedAt - startedAt),
+      ...oldestChangeAt !== undefined &&
+        { sinceChangeMs: Math.round(finishedAt - oldestChangeAt) },
     });
     if (this.#afterSync) {
       try {

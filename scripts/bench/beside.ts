@@ -18,6 +18,8 @@
 
 import { memoryOf } from "./process.ts";
 import { launchArgs, launchEnvironment } from "../launch.ts";
+import { BUNDLE_PATH, bundleKproxy } from "../bundle.ts";
+import { ANALYSIS_CACHE_FILE, writeAnalysisCache } from "../analysis_cache.ts";
 import { median, withNamespace } from "./harness.ts";
 import {
   linkToHost,
@@ -178,24 +180,24 @@ export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
 /**
  * kproxy as its container image runs it (`scripts/image/kproxy.sh`): the
  * bundle under `deno run` with the exact permissions, V8 flags and environment
- * `scripts/launch.ts` computes from the same flags.
+ * `scripts/launch.ts` computes from the same flags, in `/`, with a `DENO_DIR`
+ * of its own that holds only Deno's analysis of the bundle (`analysis`), as
+ * the image's launcher leaves it at every container start.
  */
-export function shippedKproxy(flags: string[]): string[] {
-  const env = Object.entries(launchEnvironment()).map(([name, value]) => `${name}=${value}`);
-  return [...(env.length > 0 ? ["env", ...env] : []), Deno.execPath(), ...launchArgs(flags)];
+export function shippedKproxy(flags: string[], denoDir: string): string[] {
+  const env = Object.entries({ ...launchEnvironment(), DENO_DIR: denoDir })
+    .map(([name, value]) => `${name}=${value}`);
+  return ["env", ...env, Deno.execPath(), ...launchArgs(flags)];
 }
 
-/** Builds `dist/kproxy.js` from this checkout (`deno task bundle`). */
-async function bundleKproxy(): Promise<void> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["task", "bundle"],
-    cwd: new URL("../../", import.meta.url).pathname,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`Cannot bundle kproxy: ${new TextDecoder().decode(out.stderr).trim()}`);
-  }
+/** Where the bench keeps Deno's analysis of the bundle it built. */
+const ANALYSIS = `${BUNDLE_PATH}.${ANALYSIS_CACHE_FILE}`;
+
+/** A new `DENO_DIR` holding the bundle's analysis, as the image's launcher makes one. */
+async function imageDenoDir(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "kp-beside-deno-" });
+  await Deno.copyFile(ANALYSIS, `${dir}/${ANALYSIS_CACHE_FILE}`);
+  return dir;
 }
 
 async function inNamespace(namespace: string, script: string): Promise<string> {
@@ -315,14 +317,15 @@ async function proxyRun(options: {
   const { namespace, mode, api } = options;
   await flushRules(namespace);
   const flags = proxyFlags(mode, api.kubeconfig);
-  const command = options.proxy === "kproxy"
-    ? shippedKproxy(flags)
+  const denoDir = options.proxy === "kproxy" ? await imageDenoDir() : undefined;
+  const command = denoDir !== undefined
+    ? shippedKproxy(flags, denoDir)
     : [REAL_BINARIES.kubeProxy, ...flags];
   await Deno.writeTextFile(options.log, `=== ${options.proxy} ${command.join(" ")}\n`, {
     append: true,
   });
   const spawnedAt = Date.now();
-  const child = spawnLogged(namespace, options.log, command);
+  const child = spawnLogged(namespace, options.log, command, "/");
   const exited = child.status.then((status) => status.code);
   try {
     let syncedAt: number | undefined;
@@ -372,6 +375,7 @@ async function proxyRun(options: {
     };
   } finally {
     await stopProcess(child, 20_000);
+    if (denoDir !== undefined) await Deno.remove(denoDir, { recursive: true });
   }
 }
 
@@ -434,7 +438,10 @@ export async function benchBeside(
     "kube-apiserver": await versionOf(REAL_BINARIES.apiserver),
     etcd: await versionOf(REAL_BINARIES.etcd),
   };
-  if (proxies.includes("kproxy")) await bundleKproxy();
+  if (proxies.includes("kproxy")) {
+    await bundleKproxy();
+    await writeAnalysisCache(BUNDLE_PATH, BUNDLE_PATH, ANALYSIS);
+  }
   const runs = options.runs ?? 3;
   const timeoutMs = options.timeoutMs ?? 300_000;
   const ticks = await ticksPerSecond();

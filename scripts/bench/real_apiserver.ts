@@ -98,13 +98,19 @@ export async function linkToHost(namespace: string): Promise<void> {
 }
 
 /**
- * Starts `command` in `namespace`, its output appended to `log`; the child's
- * pid is the command's own (`sh` and `ip netns exec` exec it).
+ * Starts `command` in `namespace` (in the directory `cwd`), its output appended to `log`;
+ * the child's pid is the command's own (`sh` and `ip netns exec` exec it).
  */
-export function spawnLogged(namespace: string, log: string, command: string[]): Deno.ChildProcess {
+export function spawnLogged(
+  namespace: string,
+  log: string,
+  command: string[],
+  cwd?: string,
+): Deno.ChildProcess {
   const quoted = command.map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(" ");
   return new Deno.Command("sh", {
     args: ["-c", `exec ip netns exec ${namespace} ${quoted} >>'${log}' 2>&1`],
+    cwd,
     stdin: "null",
     stdout: "null",
     stderr: "null",

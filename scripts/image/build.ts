@@ -7,7 +7,8 @@
  * 1. the programs every Linux mode runs (`LINUX_PROGRAMS` of lib/shell/permissions.ts, from backends/registry.ts)
  *    and `sh`, with the shared libraries they load, from Debian 12 packages;
  * 2. the Deno runtime, `@deno/linux-x64-glibc` at {@linkcode DENO_VERSION};
- * 3. kproxy: `dist/kproxy.js` (`deno task bundle`), the launcher that computes
+ * 3. kproxy: `dist/kproxy.js` and its source map (`deno task bundle`), Deno's
+ *    analysis of it (`scripts/analysis_cache.ts`), the launcher that computes
  *    its permissions, and `/usr/local/bin/kproxy`.
  *
  * Downloads are cached in `$XDG_CACHE_HOME/kproxy/image` (`~/.cache/…`: outside
@@ -28,6 +29,8 @@ import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
 import { runTool } from "./command.ts";
+import { bundleKproxy } from "../bundle.ts";
+import { ANALYSIS_CACHE_FILE, writeAnalysisCache } from "../analysis_cache.ts";
 import { downloadClosure, sha256File, unpackPackages } from "./debian.ts";
 import { writeImageArchive } from "./oci.ts";
 import type { ImageSettings } from "./oci.ts";
@@ -224,9 +227,18 @@ async function installFile(source: string, target: string, mode: number): Promis
   await Deno.chmod(target, mode);
 }
 
-async function buildKproxyLayer(root: string): Promise<void> {
-  await runTool(Deno.execPath(), ["task", "bundle"], REPO);
-  await installFile(join(REPO, "dist/kproxy.js"), join(root, KPROXY_DIR, "dist/kproxy.js"), 0o644);
+async function buildKproxyLayer(root: string, deno: string): Promise<void> {
+  const dist = join(root, KPROXY_DIR, "dist");
+  await bundleKproxy(join(REPO, "dist/kproxy.js"));
+  await installFile(join(REPO, "dist/kproxy.js"), join(dist, "kproxy.js"), 0o644);
+  await installFile(join(REPO, "dist/kproxy.js.map"), join(dist, "kproxy.js.map"), 0o644);
+  await writeAnalysisCache(
+    join(REPO, "dist/kproxy.js"),
+    join(KPROXY_DIR, "dist/kproxy.js"),
+    join(dist, ANALYSIS_CACHE_FILE),
+    deno,
+  );
+  await Deno.chmod(join(dist, ANALYSIS_CACHE_FILE), 0o644);
   await runTool(Deno.execPath(), [
     "bundle",
     "--quiet",
@@ -310,7 +322,7 @@ export async function buildImage(options: BuildOptions = {}): Promise<BuildResul
     log(`${os.paths.length} files from ${os.packages.length} Debian packages`);
 
     log("bundling kproxy");
-    await buildKproxyLayer(layers.kproxy);
+    await buildKproxyLayer(layers.kproxy, deno);
     const packages = os.packages.map((pkg) => `${pkg.name} ${pkg.version}`);
     if (options.rootfs !== undefined) {
       for (const [name, dir] of Object.entries(layers)) {

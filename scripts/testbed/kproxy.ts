@@ -410,27 +410,4 @@ export class KproxyProcess {
   }
 }
 
-const REPO = new URL("../../", import.meta.url).pathname;
-
-/**
- * Bundles `main.ts` into one file at `output` as `deno task bundle` does
- * (client-node stays external: only exec-plugin users load it).
- */
-export async function bundleKproxy(output: string): Promise<void> {
-  const { success, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "bundle",
-      "--quiet",
-      "--platform",
-      "deno",
-      "--external",
-      "@kubernetes/client-node",
-      "-o",
-      output,
-      `${REPO}main.ts`,
-    ],
-    cwd: REPO,
-    stdout: "null",
-  }).output();
-  if (!success) throw new Error(`deno bundle failed: ${new TextDecoder().decode(stderr)}`);
-}
+export { bundleKproxy } from "../bundle.ts";

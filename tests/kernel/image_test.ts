@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGE_SETTINGS } from "../../scripts/image/build.ts";
+import { analysedModules, ANALYSIS_CACHE_FILE } from "../../scripts/analysis_cache.ts";
 import { SERVICE_ACCOUNT_DIR } from "../../lib/shell/source/kubeconfig.ts";
 import { testCertificates } from "../../scripts/testbed/tls.ts";
 import { kernelSkipReason, Topology } from "./netns.ts";
@@ -360,6 +361,10 @@ Deno.test({
         );
       }
       await Deno.writeTextFile(join(work, "xtables.lock"), "");
+      const tmp = spec.volumeMounts.find((mount: Doc) => mount.mountPath === "/tmp");
+      assert.ok(tmp, "the DaemonSet gives the container a writable /tmp (DENO_DIR)");
+      await Deno.mkdir(join(work, "tmp"));
+      await Deno.chmod(join(work, "tmp"), 0o1777);
       // In the pod: the node name from the downward API, the service account, and the
       // kubelet's in-cluster variables naming the kubernetes Service, which nothing serves
       // on a node whose proxy has not started: kproxy must not need them.
@@ -387,6 +392,7 @@ Deno.test({
               destination: "/run/xtables.lock",
               readonly: false,
             },
+            { source: join(work, "tmp"), destination: "/tmp", readonly: false },
           ],
         })),
       );
@@ -414,6 +420,18 @@ Deno.test({
         assert.ok(reply.ok, `no answer from ${WEB.ip}:${WEB.port}: ${JSON.stringify(reply)}`);
         assert.match(reply.pod, /^pod-[ab]1$/);
       });
+
+      await t.step(
+        "the start found Deno's analysis of the bundle, made when the image was built",
+        () => {
+          const bundleUrl = "file:///opt/kproxy/dist/kproxy.js";
+          const shipped = analysedModules(join(rootfs, "opt/kproxy/dist", ANALYSIS_CACHE_FILE));
+          assert.deepEqual(shipped.map((module) => module.url), [bundleUrl]);
+          // A start that had parsed the bundle again would have replaced the row.
+          const used = analysedModules(join(work, "tmp/deno", ANALYSIS_CACHE_FILE));
+          assert.deepEqual(used.filter((module) => module.url === bundleUrl), shipped);
+        },
+      );
 
       await t.step("/healthz and /livez answer 200 on the address the probes use", async () => {
         assert.equal(await httpStatus(topology.node, "http://127.0.0.1:10256/healthz"), 200);

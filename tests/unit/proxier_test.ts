@@ -668,3 +668,17 @@ Deno.test("Proxier stays unhealthy when a change arrives during a sync that succ
   h.clock.t += 60_000;
   assert.equal(h.health.status().healthy, false, "the change after the last success waits");
 });
+
+Deno.test("Proxier logs each sync's duration and the time since the oldest change it programs", async () => {
+  await withLogRecords(["kproxy", "proxier"], async (records) => {
+    const h = setup({ beforeApply: () => void (h.clock.t += 12) });
+    h.proxier.onEvent({ type: "synced" });
+    h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.5"], h.clock.t - 5);
+    await h.proxier.sync();
+    h.tracker.set(service("web", "10.96.0.10"), ["10.244.0.6"]);
+    await h.proxier.sync();
+    const synced = records.filter((record) => /^Synced/.test(String(record.rawMessage)))
+      .map(({ properties }) => [properties.kind, properties.durationMs, properties.sinceChangeMs]);
+    assert.deepEqual(synced, [["full", 12, 17], ["partial", 12, undefined]]);
+  });
+});
