@@ -19,8 +19,11 @@ import { ROOT_STORE_VARIABLE } from "../lib/shell/source/transport.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
 
-/** Computes the `deno run` argument vector that runs the bundle with exact permissions and kproxy's V8 flags. */
-export function launchArgs(argv: string[]): string[] {
+/**
+ * Computes the `deno run` argument vector that runs the bundle (`dist/kproxy.js`
+ * beside this script, or `bundlePath`) with exact permissions and kproxy's V8 flags.
+ */
+export function launchArgs(argv: string[], bundlePath: string = bundle): string[] {
   const { config } = parseCommandLine(argv, {
     readTextFile: (path) => Deno.readTextFileSync(path),
     hostname: () => Deno.hostname(),
@@ -37,7 +40,7 @@ export function launchArgs(argv: string[]): string[] {
     ...denoFlags(permissionsFor(input)),
     "--no-code-cache",
     v8FlagsArg(),
-    bundle,
+    bundlePath,
     ...argv,
   ];
 }

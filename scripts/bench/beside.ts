@@ -179,24 +179,46 @@ export function proxyFlags(mode: BesideMode, kubeconfig: string): string[] {
 
 /**
  * kproxy as its container image runs it (`scripts/image/kproxy.sh`): the
- * bundle under `deno run` with the exact permissions, V8 flags and environment
- * `scripts/launch.ts` computes from the same flags, in `/`, with a `DENO_DIR`
- * of its own that holds only Deno's analysis of the bundle (`analysis`), as
- * the image's launcher leaves it at every container start.
+ * bundle, installed where no `deno.json` is above it, under `deno run` with
+ * the exact permissions, V8 flags and environment `scripts/launch.ts`
+ * computes from the same flags, in `/`, with a `DENO_DIR` of its own that
+ * holds only Deno's analysis of the bundle, as the image's launcher leaves it
+ * at every container start.
  */
-export function shippedKproxy(flags: string[], denoDir: string): string[] {
+export function shippedKproxy(flags: string[], install: ImageInstall, denoDir: string): string[] {
   const env = Object.entries({ ...launchEnvironment(), DENO_DIR: denoDir })
     .map(([name, value]) => `${name}=${value}`);
-  return ["env", ...env, Deno.execPath(), ...launchArgs(flags)];
+  return ["env", ...env, Deno.execPath(), ...launchArgs(flags, install.bundle)];
 }
 
-/** Where the bench keeps Deno's analysis of the bundle it built. */
-const ANALYSIS = `${BUNDLE_PATH}.${ANALYSIS_CACHE_FILE}`;
+/** The bundle installed as in the image, and Deno's analysis of it. */
+export interface ImageInstall {
+  dir: string;
+  bundle: string;
+  analysis: string;
+}
+
+/**
+ * Installs this checkout's bundle (`deno task bundle`) and its map in a new
+ * directory outside the repository, with Deno's analysis of it, as the image
+ * does under /opt/kproxy: a `deno.json` above the bundle would make Deno read
+ * the repository's configuration and resolve its npm packages at every start.
+ */
+async function installLikeImage(): Promise<ImageInstall> {
+  await bundleKproxy();
+  const dir = await Deno.makeTempDir({ prefix: "kp-beside-kproxy-" });
+  const bundle = `${dir}/kproxy.js`;
+  await Deno.copyFile(BUNDLE_PATH, bundle);
+  await Deno.copyFile(`${BUNDLE_PATH}.map`, `${bundle}.map`);
+  const analysis = `${dir}/${ANALYSIS_CACHE_FILE}`;
+  await writeAnalysisCache(bundle, bundle, analysis);
+  return { dir, bundle, analysis };
+}
 
 /** A new `DENO_DIR` holding the bundle's analysis, as the image's launcher makes one. */
-async function imageDenoDir(): Promise<string> {
+async function imageDenoDir(install: ImageInstall): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "kp-beside-deno-" });
-  await Deno.copyFile(ANALYSIS, `${dir}/${ANALYSIS_CACHE_FILE}`);
+  await Deno.copyFile(install.analysis, `${dir}/${ANALYSIS_CACHE_FILE}`);
   return dir;
 }
 
@@ -313,13 +335,15 @@ async function proxyRun(options: {
   timeoutMs: number;
   ticks: number;
   log: string;
+  /** kproxy installed as in the image; kube-proxy's runs have none. */
+  install?: ImageInstall;
 }): Promise<ProxyRun> {
   const { namespace, mode, api } = options;
   await flushRules(namespace);
   const flags = proxyFlags(mode, api.kubeconfig);
-  const denoDir = options.proxy === "kproxy" ? await imageDenoDir() : undefined;
-  const command = denoDir !== undefined
-    ? shippedKproxy(flags, denoDir)
+  const denoDir = options.install ? await imageDenoDir(options.install) : undefined;
+  const command = options.install && denoDir
+    ? shippedKproxy(flags, options.install, denoDir)
     : [REAL_BINARIES.kubeProxy, ...flags];
   await Deno.writeTextFile(options.log, `=== ${options.proxy} ${command.join(" ")}\n`, {
     append: true,
@@ -438,10 +462,7 @@ export async function benchBeside(
     "kube-apiserver": await versionOf(REAL_BINARIES.apiserver),
     etcd: await versionOf(REAL_BINARIES.etcd),
   };
-  if (proxies.includes("kproxy")) {
-    await bundleKproxy();
-    await writeAnalysisCache(BUNDLE_PATH, BUNDLE_PATH, ANALYSIS);
-  }
+  const install = proxies.includes("kproxy") ? await installLikeImage() : undefined;
   const runs = options.runs ?? 3;
   const timeoutMs = options.timeoutMs ?? 300_000;
   const ticks = await ticksPerSecond();
@@ -485,6 +506,7 @@ export async function benchBeside(
                 timeoutMs,
                 ticks,
                 log: runLog,
+                install: proxy === "kproxy" ? install : undefined,
               }).catch((error: Error) => {
                 const failure = `${proxy} ${mode} ${services} run ${run + 1}: ${
                   error.message.split("\n")[0]
@@ -521,7 +543,7 @@ export async function benchBeside(
       await flushRules(namespace);
       await api.stop();
     }
-  });
+  }).finally(() => install && Deno.remove(install.dir, { recursive: true }));
   return results;
 }
 
