@@ -137,7 +137,9 @@ if (import.meta.main) {
     }
     const args = compileArgs(target, { apiservers: values.apiserver as string[], nodePorts });
     console.error(`compile: deno ${args.join(" ")}`);
-    const { code } = await new Deno.Command(Deno.execPath(), { args }).spawn().status;
+    // `deno` as the task's `--allow-run=deno` names it: installed from npm, the
+    // PATH's `deno` is a link to Deno.execPath(), which that permission does not cover.
+    const { code } = await new Deno.Command("deno", { args }).spawn().status;
     if (code !== 0) Deno.exit(code);
     built++;
   }
