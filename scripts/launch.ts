@@ -16,7 +16,6 @@ import { ConfigError } from "../lib/config/values.ts";
 import { denoFlags, permissionInputFor, permissionsFor } from "../lib/shell/permissions.ts";
 import { v8FlagsArg } from "../lib/shell/v8_flags.ts";
 import { ROOT_STORE_VARIABLE } from "../lib/shell/source/transport.ts";
-import { KPROXY_TUNABLES } from "../lib/shell/child_env.ts";
 
 const bundle = new URL("../dist/kproxy.js", import.meta.url).pathname;
 
@@ -50,17 +49,12 @@ export function launchArgs(argv: string[], bundlePath: string = bundle): string[
  * Environment variables a launcher adds for kproxy: `DENO_TLS_CA_STORE` set
  * and empty, so Deno's default root store is empty and the cluster's CA is the
  * only trust anchor of kproxy's own TLS client (`lib/shell/source/transport.ts`),
- * unless the operator named the stores; and kproxy's malloc tunables
- * (`KPROXY_TUNABLES`), unless the operator set some. The image and the systemd
- * unit set the same.
+ * unless the operator named the stores. The image and the systemd unit set the same.
  */
 export function launchEnvironment(
   getEnv: (name: string) => string | undefined = (name) => Deno.env.get(name),
 ): Record<string, string> {
-  return {
-    ...getEnv(ROOT_STORE_VARIABLE) === undefined && { [ROOT_STORE_VARIABLE]: "" },
-    ...getEnv("GLIBC_TUNABLES") === undefined && { GLIBC_TUNABLES: KPROXY_TUNABLES },
-  };
+  return getEnv(ROOT_STORE_VARIABLE) === undefined ? { [ROOT_STORE_VARIABLE]: "" } : {};
 }
 
 /**

@@ -18,25 +18,10 @@
 export const MALLOC_TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67108864";
 
 /**
- * glibc's malloc tunables kproxy's launchers give kproxy itself (the image,
- * `deno task launch`, the systemd unit): a fixed mmap threshold of 128 KiB.
- * glibc raises the threshold to the size of each mmapped block freed, after
- * which blocks that large come from the heap and stay resident once freed;
- * fixed, every block from 128 KiB up (TLS and decompression buffers, list
- * pages, program output) goes back to the system when freed. Lab, 1k
- * Services, nftables, 7 runs each: peak 77.2 against 78.0 MiB (medians),
- * steady 67.1 against 67.9, the first sync no slower.
- */
-export const KPROXY_TUNABLES = "glibc.malloc.mmap_threshold=131072";
-
-/**
  * The variables to set for a spawned program, given the `GLIBC_TUNABLES`
  * kproxy itself was started with: none when the operator chose tunables
- * (the programs inherit them as they are). {@linkcode KPROXY_TUNABLES} are
- * kproxy's own, not the operator's.
+ * (the programs inherit them as they are).
  */
 export function childEnvironment(operatorTunables: string | undefined): Record<string, string> {
-  return operatorTunables === undefined || operatorTunables === KPROXY_TUNABLES
-    ? { GLIBC_TUNABLES: MALLOC_TUNABLES }
-    : {};
+  return operatorTunables === undefined ? { GLIBC_TUNABLES: MALLOC_TUNABLES } : {};
 }

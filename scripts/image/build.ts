@@ -28,7 +28,6 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { LINUX_PROGRAMS } from "../../lib/shell/permissions.ts";
-import { KPROXY_TUNABLES } from "../../lib/shell/child_env.ts";
 import { runTool } from "./command.ts";
 import { bundleKproxy } from "../bundle.ts";
 import { ANALYSIS_CACHE_FILE, writeAnalysisCache } from "../analysis_cache.ts";
@@ -97,8 +96,6 @@ export const IMAGE_SETTINGS: ImageSettings = {
     "DENO_NO_UPDATE_CHECK=1",
     // Deno's default root store empty: the cluster CA is kproxy's only trust anchor.
     "DENO_TLS_CA_STORE=",
-    // kproxy's malloc tunables (lib/shell/child_env.ts); its programs get theirs.
-    `GLIBC_TUNABLES=${KPROXY_TUNABLES}`,
   ],
   workingDir: "/",
   labels: {},

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { childEnvironment, KPROXY_TUNABLES, MALLOC_TUNABLES } from "../../lib/shell/child_env.ts";
+import { childEnvironment, MALLOC_TUNABLES } from "../../lib/shell/child_env.ts";
 
 Deno.test("childEnvironment() gives programs glibc's huge-page heap when the operator set no tunables", () => {
   assert.deepEqual(childEnvironment(undefined), { GLIBC_TUNABLES: MALLOC_TUNABLES });
@@ -9,9 +9,4 @@ Deno.test("childEnvironment() gives programs glibc's huge-page heap when the ope
 Deno.test("childEnvironment() leaves an operator's GLIBC_TUNABLES to the programs as it is", () => {
   assert.deepEqual(childEnvironment("glibc.malloc.arena_max=2"), {});
   assert.deepEqual(childEnvironment(""), {});
-});
-
-Deno.test("childEnvironment() does not take the tunables kproxy's launchers set for kproxy as the operator's", () => {
-  assert.deepEqual(childEnvironment(KPROXY_TUNABLES), { GLIBC_TUNABLES: MALLOC_TUNABLES });
-  assert.equal(KPROXY_TUNABLES, "glibc.malloc.mmap_threshold=131072");
 });

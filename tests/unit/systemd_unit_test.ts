@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { unitEnvironment, unitSettings } from "../support/systemd_sandbox.ts";
-import { KPROXY_TUNABLES } from "../../lib/shell/child_env.ts";
 
 const UNIT = new URL("../../scripts/systemd/kproxy.service", import.meta.url);
 
@@ -14,9 +13,4 @@ Deno.test("unitEnvironment() reads a unit's Environment= assignments, quoted or 
 Deno.test("the shipped systemd unit starts kproxy with Deno's default root store empty", async () => {
   const settings = unitSettings(await Deno.readTextFile(UNIT));
   assert.equal(unitEnvironment(settings.get("Environment") ?? []).DENO_TLS_CA_STORE, "");
-});
-
-Deno.test("the shipped systemd unit starts kproxy with its malloc tunables", async () => {
-  const settings = unitSettings(await Deno.readTextFile(UNIT));
-  assert.equal(unitEnvironment(settings.get("Environment") ?? []).GLIBC_TUNABLES, KPROXY_TUNABLES);
 });

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { ApiTransport, rootStoreIsEmpty } from "../../lib/shell/source/transport.ts";
 import { launchEnvironment } from "../../scripts/launch.ts";
-import { KPROXY_TUNABLES } from "../../lib/shell/child_env.ts";
 import { testCertificates } from "../../scripts/testbed/tls.ts";
 
 const PAGE = JSON.stringify({
@@ -189,20 +188,9 @@ Deno.test("ApiTransport with an empty root store refuses an https apiserver with
 });
 
 Deno.test("launchEnvironment() empties Deno's root store unless the operator named the stores", () => {
-  assert.deepEqual(launchEnvironment(() => undefined).DENO_TLS_CA_STORE, "");
-  assert.ok(
-    !("DENO_TLS_CA_STORE" in
-      launchEnvironment((name) => name === "DENO_TLS_CA_STORE" ? "system" : undefined)),
-  );
-});
-
-Deno.test("launchEnvironment() gives kproxy its malloc tunables unless the operator set some", () => {
-  assert.deepEqual(launchEnvironment(() => undefined), {
-    DENO_TLS_CA_STORE: "",
-    GLIBC_TUNABLES: KPROXY_TUNABLES,
-  });
+  assert.deepEqual(launchEnvironment(() => undefined), { DENO_TLS_CA_STORE: "" });
   assert.deepEqual(
-    launchEnvironment((name) => name === "GLIBC_TUNABLES" ? "glibc.malloc.arena_max=2" : undefined),
-    { DENO_TLS_CA_STORE: "" },
+    launchEnvironment((name) => name === "DENO_TLS_CA_STORE" ? "system" : undefined),
+    {},
   );
 });
