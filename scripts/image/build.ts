@@ -46,6 +46,8 @@ export const IMAGE_REPOSITORY = "localhost/kproxy";
 export const DEBIAN_ROOTS: readonly string[] = [
   "base-files",
   "conntrack",
+  // cp and mkdir: the entry script copies Deno's analysis of the bundle into DENO_DIR
+  "coreutils",
   "dash",
   "iproute2",
   "ipset",
@@ -81,8 +83,8 @@ export const DEBIAN_PATHS: readonly string[] = [
   "/usr/lib/os-release",
 ];
 
-/** Programs in the image: every Linux mode's, and the shell the entry script runs in. */
-export const IMAGE_PROGRAMS: readonly string[] = [...LINUX_PROGRAMS, "sh"];
+/** Programs in the image: every Linux mode's, and the shell the entry script runs in and what it runs. */
+export const IMAGE_PROGRAMS: readonly string[] = [...LINUX_PROGRAMS, "sh", "cp", "mkdir"];
 
 /** Where kproxy lives in the image. */
 export const KPROXY_DIR = "/opt/kproxy";
