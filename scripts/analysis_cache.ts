@@ -39,18 +39,7 @@ export async function writeAnalysisCache(
 ): Promise<void> {
   const denoDir = await Deno.makeTempDir({ prefix: "kproxy-analysis-" });
   try {
-    const { success, stderr } = await new Deno.Command(deno, {
-      args: ["run", "--no-config", "--no-prompt", "--no-code-cache", bundle, "--version"],
-      cwd: denoDir,
-      env: { DENO_DIR: denoDir },
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    if (!success) {
-      throw new Error(
-        `Cannot run ${bundle} --version: ${new TextDecoder().decode(stderr).trim()}`,
-      );
-    }
+    await runVersion(bundle, denoDir, deno);
     const written = `${denoDir}/${ANALYSIS_CACHE_FILE}`;
     const database = new DatabaseSync(written);
     try {
@@ -69,6 +58,28 @@ export async function writeAnalysisCache(
     await Deno.copyFile(written, output);
   } finally {
     await Deno.remove(denoDir, { recursive: true });
+  }
+}
+
+/**
+ * Runs `kproxy --version` from `bundle` with `denoDir` as Deno's cache (and
+ * the working directory, so that no `deno.json` applies): Deno analyses the
+ * bundle unless `denoDir` holds its analysis.
+ */
+export async function runVersion(
+  bundle: string,
+  denoDir: string,
+  deno: string = Deno.execPath(),
+): Promise<void> {
+  const { success, stderr } = await new Deno.Command(deno, {
+    args: ["run", "--no-config", "--no-prompt", "--no-code-cache", bundle, "--version"],
+    cwd: denoDir,
+    env: { DENO_DIR: denoDir },
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!success) {
+    throw new Error(`Cannot run ${bundle} --version: ${new TextDecoder().decode(stderr).trim()}`);
   }
 }
 

@@ -6,20 +6,9 @@ import {
   ANALYSIS_CACHE_FILE,
   ANALYSIS_MARK,
   analysisMark,
+  runVersion,
   writeAnalysisCache,
 } from "../../scripts/analysis_cache.ts";
-
-/** Runs `kproxy --version` from `bundle` with `denoDir` as Deno's cache, as the image's launcher does. */
-async function runVersion(bundle: string, denoDir: string): Promise<void> {
-  const { success, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--no-config", "--no-prompt", "--no-code-cache", bundle, "--version"],
-    cwd: denoDir,
-    env: { DENO_DIR: denoDir },
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  assert.ok(success, new TextDecoder().decode(stderr));
-}
 
 /** Drops the source map's URL from every row's analysis; returns the first row's. */
 function withoutSourceMapUrl(cache: string): string {
