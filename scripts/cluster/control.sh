@@ -106,6 +106,9 @@ down() {
   stop_bg controller-manager
   stop_bg apiserver 90
   stop_bg etcd
+  # The cluster's objects go with it: a later `up` starts an empty cluster, not the last
+  # run's DaemonSet and pods (which would put proxy rules on nodes before the no-rules case).
+  rm -rf "$K/etcd-data"
   for n in $(seq 1 "$MAX_NODES"); do ip route del "$(pod_cidr "$n")" 2>/dev/null || true; done
   ip link del kpc-h 2>/dev/null || true
   ip netns del "$FABRIC_NS" 2>/dev/null || true
