@@ -20,7 +20,7 @@ const REPO = new URL("../", import.meta.url).pathname;
 export const BUNDLE_PATH = `${REPO}dist/kproxy.js`;
 
 /** The `deno bundle` arguments that write kproxy's bundle to `output`. */
-export function bundleArgs(output: string): string[] {
+function bundleArgs(output: string): string[] {
   return [
     "bundle",
     "--quiet",
