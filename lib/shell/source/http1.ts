@@ -1,8 +1,18 @@
 /**
  * A small HTTP/1.1 client over Deno's own TCP and TLS connections
- * (`Deno.connect`, `Deno.connectTls`), for the apiserver: GETs and POSTs,
- * kept-alive connections, `Content-Length`, chunked and close-delimited
- * bodies, and an optional gzip body decoded by `DecompressionStream`.
+ * (`Deno.connect` and `Deno.startTls`, or `Deno.connectTls` with a client
+ * certificate), for the apiserver: GETs and POSTs, kept-alive connections,
+ * `Content-Length`, chunked and close-delimited bodies, and an optional gzip
+ * body decoded by `DecompressionStream`.
+ *
+ * Every connection has Nagle's algorithm off (`TCP_NODELAY`) before its TLS
+ * handshake, as Go's transport has: kube-apiserver (Go 1.24 and later)
+ * answers a hello that offers X25519 with a retry request for
+ * X25519MLKEM768, the client sends its second hello in two writes, and with
+ * Nagle on the second one waits for the server's delayed ACK, 40 ms per new
+ * connection. `Deno.startTls` presents no client certificate, so a
+ * connection with one goes through `Deno.connectTls`, whose socket keeps
+ * Nagle on: that wait stays there, once per connection kept alive.
  *
  * Why not `node:https` or `fetch`: a Deno process that receives one 6 MB
  * body peaks at ~39 MiB over `Deno.connectTls`, ~57 MiB over `fetch` and
@@ -32,6 +42,27 @@ export interface Http1Request {
   /** Ask for a gzip body; the Response then carries the decoded bytes. */
   gzip?: boolean;
 }
+
+/** Deno's socket functions the client dials with (a seam for tests). */
+export interface Http1Sockets {
+  connect(options: Deno.ConnectOptions): Promise<Deno.TcpConn>;
+  startTls(conn: Deno.TcpConn, options: Deno.StartTlsOptions): Promise<Deno.TlsConn>;
+  connectTls(
+    options: Deno.ConnectTlsOptions & Partial<Deno.TlsCertifiedKeyPem>,
+  ): Promise<Deno.TlsConn>;
+}
+
+/** Options of {@linkcode Http1Client}. */
+export interface Http1ClientOptions {
+  /** @default {Deno's own} */
+  sockets?: Http1Sockets;
+}
+
+const DENO_SOCKETS: Http1Sockets = {
+  connect: (options) => Deno.connect(options),
+  startTls: (conn, options) => Deno.startTls(conn, options),
+  connectTls: (options) => Deno.connectTls(options as Deno.ConnectTlsOptions),
+};
 
 /** The largest response head (status line and headers) accepted. */
 export const MAX_HEAD_BYTES = 64 * 1024;
@@ -163,6 +194,24 @@ async function untilAborted<T extends Deno.Conn>(
   } finally {
     signal.removeEventListener("abort", onAbort);
   }
+}
+
+/**
+ * `opening`'s TLS connection once its handshake is done: the certificate is
+ * checked before a byte of the request (a token) is written.
+ */
+async function handshake(
+  opening: Promise<Deno.TlsConn>,
+  signal: AbortSignal,
+): Promise<Deno.TlsConn> {
+  const tlsConn = await untilAborted(opening, signal);
+  try {
+    await untilAborted(tlsConn.handshake().then(() => tlsConn), signal);
+  } catch (error) {
+    closeQuietly(tlsConn);
+    throw error;
+  }
+  return tlsConn;
 }
 
 function closeQuietly(conn: Deno.Conn): void {
@@ -313,6 +362,11 @@ function requestBytes(url: URL, request: Http1Request): Uint8Array {
 export class Http1Client {
   readonly #idle = new Map<string, Wire[]>();
   readonly #open = new Set<Wire>();
+  readonly #sockets: Http1Sockets;
+
+  constructor(options: Http1ClientOptions = {}) {
+    this.#sockets = options.sockets ?? DENO_SOCKETS;
+  }
 
   /**
    * Sends a request; resolves once the response head arrived. Aborting the
@@ -373,27 +427,26 @@ export class Http1Client {
     const hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
     const secure = url.protocol === "https:";
     const port = Number(url.port || (secure ? 443 : 80));
+    const tls = request.tls ?? { caCerts: [] };
     let conn: Deno.Conn;
-    if (secure) {
-      const tls = request.tls ?? { caCerts: [] };
-      const options = { hostname, port, caCerts: tls.caCerts } as
-        & Deno.ConnectTlsOptions
-        & Partial<Deno.TlsCertifiedKeyPem>;
-      if (tls.cert !== undefined && tls.key !== undefined) {
-        options.cert = tls.cert;
-        options.key = tls.key;
-      }
-      const tlsConn = await untilAborted(Deno.connectTls(options), signal);
-      try {
-        // The certificate is checked before a byte of the request (a token) is written.
-        await untilAborted(tlsConn.handshake().then(() => tlsConn), signal);
-      } catch (error) {
-        closeQuietly(tlsConn);
-        throw error;
-      }
-      conn = tlsConn;
+    if (secure && tls.cert !== undefined && tls.key !== undefined) {
+      const { cert, key, caCerts } = tls;
+      conn = await handshake(
+        this.#sockets.connectTls({ hostname, port, caCerts, cert, key }),
+        signal,
+      );
     } else {
-      conn = await untilAborted(Deno.connect({ hostname, port, signal }), signal);
+      const tcp = await untilAborted(this.#sockets.connect({ hostname, port, signal }), signal);
+      tcp.setNoDelay(true);
+      conn = secure
+        ? await handshake(
+          this.#sockets.startTls(tcp, { hostname, caCerts: tls.caCerts }).catch((error) => {
+            closeQuietly(tcp);
+            throw error;
+          }),
+          signal,
+        )
+        : tcp;
     }
     const wire = new Wire(conn, key);
     this.#open.add(wire);
