@@ -48,7 +48,7 @@ import { countPlans, summarizeTraffic, type TrafficSummary } from "./status/snap
 import { statusHandler } from "./status/handler.ts";
 import { SyncHistory } from "../shell/sync_history.ts";
 import { cleanupEveryMode, handBack, LeftoverRemoval } from "../shell/takeover.ts";
-import { StartupRelease } from "../shell/list_garbage.ts";
+import { releaseThen, StartupRelease } from "../shell/list_garbage.ts";
 import { stableJson, writeStableJson } from "./stable_json.ts";
 
 const logger = getLogger(["kproxy", "app"]);
@@ -423,11 +423,7 @@ async function runProxy(config: Config, options: AppOptions): Promise<number> {
     serviceHealth,
     history,
     beforeApply: () => startupRelease.beforeApply(),
-    afterSync: async (sync) => {
-      await conntrack?.afterSync(sync);
-      await leftovers?.afterSync(sync);
-      startupRelease.afterSync();
-    },
+    afterSync: releaseThen(startupRelease, [conntrack, leftovers]),
   });
   const runner = new BoundedFrequencyRunner({
     name: "sync-proxy-rules",

@@ -254,3 +254,25 @@ export class StartupRelease {
     this.#collect();
   }
 }
+
+/** Work that follows every applied sync. */
+export interface AfterSyncStep<S> {
+  afterSync(sync: S): Promise<void> | void;
+}
+
+/**
+ * What runs after every applied sync: `release`'s collection first, then
+ * each step in order. The steps (the conntrack reconcile, the removal of
+ * another mode's leftovers) spawn programs; after the first sync they ran on
+ * the heap the lists and the first ruleset left, and at 1k Services that was
+ * the start's peak (lab: median 76.9 MiB, 75.9 with the collection first).
+ */
+export function releaseThen<S>(
+  release: Pick<StartupRelease, "afterSync">,
+  steps: readonly (AfterSyncStep<S> | undefined)[],
+): (sync: S) => Promise<void> {
+  return async (sync) => {
+    release.afterSync();
+    for (const step of steps) await step?.afterSync(sync);
+  };
+}

@@ -4,6 +4,7 @@ import {
   GarbageBudget,
   ListGarbage,
   reducingCollector,
+  releaseThen,
   StartupRelease,
 } from "../../lib/shell/list_garbage.ts";
 
@@ -135,4 +136,29 @@ Deno.test("StartupRelease runs its memory-reducing collection after the first sy
   release.afterSync();
   release.afterSync();
   assert.equal(reductions, 1);
+});
+
+Deno.test("releaseThen collects the first sync's garbage before the follow-up work runs", async () => {
+  // The follow-ups spawn programs (conntrack, the leftover checks): run on the first sync's
+  // heap, they made the 1k start's peak (lab: median 76.9 MiB against 75.9 released first).
+  const order: string[] = [];
+  const afterSync = releaseThen(new StartupRelease(() => order.push("release")), [
+    { afterSync: (sync: { full: boolean }) => void order.push(`conntrack full=${sync.full}`) },
+    undefined,
+    {
+      afterSync: async () => {
+        await Promise.resolve();
+        order.push("leftovers");
+      },
+    },
+  ]);
+  await afterSync({ full: true });
+  await afterSync({ full: false });
+  assert.deepEqual(order, [
+    "release",
+    "conntrack full=true",
+    "leftovers",
+    "conntrack full=false",
+    "leftovers",
+  ]);
 });
