@@ -3,9 +3,10 @@
  * service account, that CA is the only trust anchor, as in client-go: no
  * Mozilla root, no `DENO_CERT`, no system store vouches for the apiserver.
  *
- * Deno's own TLS (`Deno.startTls`, `Deno.connectTls`, `fetch`) adds a connection's CAs to the
- * process's default root store, which `DENO_TLS_CA_STORE` chooses (Mozilla's
- * roots unless set) and `DENO_CERT` extends. A process started with
+ * Deno's own TLS (`Deno.startTls`, `Deno.connectTls`, `fetch`) adds a
+ * connection's CAs to the process's default root store, which
+ * `DENO_TLS_CA_STORE` chooses (Mozilla's roots unless set) and `DENO_CERT`
+ * extends. A process started with
  * `DENO_TLS_CA_STORE=""` (set and empty) and without `DENO_CERT` has an empty
  * default store: Deno reads both variables when the process first needs the
  * store, and an empty list names no store (`get_root_cert_store` in Deno's
