@@ -149,6 +149,12 @@ export function port(value: number, what: string): string {
   return String(value);
 }
 
+/** Elements of a hash set of addresses (`nodeport-ips`), one per address. */
+export function hostElements(ctx: Context, set: string, addresses: string[]): Element[] {
+  return addresses.map((text) => new Element({ set, key: [address(ctx, text)] }));
+}
+
+/** Elements of an interval set of addresses and CIDRs (`service-cidrs`). */
 export function addressElements(ctx: Context, set: string, values: string[]): Element[] {
   return values.map((text) => {
     const cidr = parseCIDR(

@@ -11,8 +11,8 @@ import { canonicalIP, collapseCIDRs } from "../../lib/core/ip.ts";
 import { Chain, Element, type NftSet, Rule, Transaction } from "./transaction.ts";
 import {
   addressElements,
-  type Context,
   context,
+  hostElements,
   presetCount,
   type RenderOptions,
   tableRef,
@@ -202,27 +202,23 @@ export function renderIncremental(
   for (const ip of goneEndpointIPs) tx.delete(new Element({ set: "hairpin", key: [ip, ip] }));
 
   // 6. Plan-wide address sets.
-  diffAddressSet(tx, ctx, "nodeport-ips", previous.nodePortAddresses, plan.nodePortAddresses);
-  diffAddressSet(
+  diffElements(
     tx,
-    ctx,
-    "service-cidrs",
-    collapseCIDRs(previous.serviceCIDRs),
-    collapseCIDRs(plan.serviceCIDRs),
+    hostElements(ctx, "nodeport-ips", previous.nodePortAddresses),
+    hostElements(ctx, "nodeport-ips", plan.nodePortAddresses),
+  );
+  diffElements(
+    tx,
+    addressElements(ctx, "service-cidrs", collapseCIDRs(previous.serviceCIDRs)),
+    addressElements(ctx, "service-cidrs", collapseCIDRs(plan.serviceCIDRs)),
   );
   canary(tx, options.generation ?? 0, false);
   return tx;
 }
 
-function diffAddressSet(
-  tx: Transaction,
-  ctx: Context,
-  set: string,
-  before: string[],
-  after: string[],
-): void {
-  const old = new Map(addressElements(ctx, set, before).map((e) => [e.keyText, e]));
-  const next = new Map(addressElements(ctx, set, after).map((e) => [e.keyText, e]));
+function diffElements(tx: Transaction, before: Element[], after: Element[]): void {
+  const old = new Map(before.map((e) => [e.keyText, e]));
+  const next = new Map(after.map((e) => [e.keyText, e]));
   for (const [key, element] of old) if (!next.has(key)) tx.delete(element);
   for (const [key, element] of next) if (!old.has(key)) tx.add(element);
 }

@@ -56,6 +56,7 @@ import {
   addressElements,
   context,
   DEFAULT_TABLE,
+  hostElements,
   presetCount,
   type RenderOptions,
   tableRef,
@@ -168,7 +169,7 @@ function renderTable(
     for (const rule of chain.rules) into(chain).add(new Rule({ chain: chain.name, rule }));
   }
   canary(hooks, options.generation ?? 0, true);
-  for (const element of addressElements(ctx, "nodeport-ips", plan.nodePortAddresses)) {
+  for (const element of hostElements(ctx, "nodeport-ips", plan.nodePortAddresses)) {
     tx.add(element);
   }
   for (const element of addressElements(ctx, "service-cidrs", collapseCIDRs(plan.serviceCIDRs))) {

@@ -55,10 +55,11 @@ export function skeleton(
       ...counted,
       comment: "drop or reject traffic to node ports with no endpoints",
     }),
+    // A hash set, as every set the DNAT path consults: a new interval set
+    // matches nothing until its commit ends (tests/kernel/table_recreate_test.ts).
     new NftSet({
       name: "nodeport-ips",
       type: addrType,
-      flags: ["interval"],
       comment: "addresses that accept node port traffic",
     }),
     new NftSet({ name: "cluster-ips", type: addrType, comment: "active cluster IPs" }),
