@@ -20,7 +20,7 @@ import type { IpFamily } from "../../lib/core/model.ts";
 import type { Plan } from "../../lib/core/plan.ts";
 import { atomicInput, guardTable, renderArm, renderGuard } from "./atomic.ts";
 import { SkeletonCheck } from "./drift.ts";
-import { renderDeleteTable, renderFull, renderStaged, type StagedTable } from "./render.ts";
+import { renderDeleteTable, renderFull, stageTable, type StagingTable } from "./render.ts";
 import { existingTables } from "./table_probe.ts";
 import {
   CANARY_SET,
@@ -82,6 +82,35 @@ export interface StagedLoadOptions {
 async function settled(work: readonly (Promise<unknown> | undefined)[]): Promise<void> {
   const failed = (await Promise.allSettled(work)).find((result) => result.status === "rejected");
   if (failed !== undefined) throw failed.reason;
+}
+
+/** Resolves after `ms` on the event loop. */
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * One nft input of `transactions` that says when it was read to its end:
+ * {@linkcode nextRead} resolves at the first reading completed after it is
+ * called (a command policy may read an input whole before the writer does).
+ */
+class ReadInput implements Iterable<string> {
+  readonly #transactions: readonly Transaction[];
+  #waiting?: PromiseWithResolvers<void>;
+
+  constructor(transactions: readonly Transaction[]) {
+    this.#transactions = transactions;
+  }
+
+  *[Symbol.iterator](): Iterator<string> {
+    for (const tx of this.#transactions) yield* tx.chunks();
+    this.#waiting?.resolve();
+  }
+
+  nextRead(): Promise<void> {
+    this.#waiting = Promise.withResolvers();
+    return this.#waiting.promise;
+  }
 }
 
 function defaultStagedLoad(): StagedLoadOptions {
@@ -228,10 +257,10 @@ class NftablesBackend implements Backend {
       }
     }
     const staged = full && this.#stages(plans)
-      ? plans.map((plan) => renderStaged(plan, options, this.#staging.parts))
+      ? plans.map((plan) => stageTable(plan, options))
       : undefined;
     if (staged !== undefined) {
-      transactions = staged.flatMap(({ setup, elements, hooks }) => [setup, ...elements, hooks]);
+      transactions = staged.flatMap(({ setup, hooks }) => [setup, hooks]);
     } else if (full) transactions = plans.map((plan) => renderFull(plan, options));
     const replacing = full && this.#replacing;
     // Only for the log: the deletions below hold whether or not the tables exist.
@@ -248,7 +277,7 @@ class NftablesBackend implements Backend {
     try {
       this.#tablesAbsent = false;
       if (staged !== undefined) {
-        await this.#loadStaged(staged, deletions);
+        transactions = [...await this.#loadStaged(staged, deletions), ...deletions];
       } else if (transactions.some((tx) => !tx.empty)) {
         if (full && !this.#guardReady) await this.#prepareGuard();
         this.#guardReady = false;
@@ -299,27 +328,42 @@ class NftablesBackend implements Backend {
   }
 
   /**
-   * Loads `staged` tables: every set-up in one batch, the element parts in
-   * processes of their own at once, then every table's hooks and the
-   * `deletions` in one guarded batch. A failure before the hooks leaves
-   * tables no packet passes; the next full sync replaces them in one batch.
+   * Loads `staged` tables: every set-up in one batch, while the service ports
+   * are rendered (nft parses and commits the set-up meanwhile); then their
+   * objects, if any; the element parts in processes of their own at once;
+   * then every table's hooks and the `deletions` in one guarded batch. A
+   * failure before the hooks leaves tables no packet passes; the next full
+   * sync replaces them in one batch. Returns the transactions loaded, but
+   * for `deletions`.
    */
-  async #loadStaged(staged: readonly StagedTable[], deletions: readonly Transaction[]) {
-    const load = (transactions: readonly Transaction[]) =>
-      runChecked(this.#executor, {
-        program: "nft",
-        args: ["-f", "-"],
-        stdin: { [Symbol.iterator]: () => transactions.values().flatMap((tx) => tx.chunks()) },
-      });
+  async #loadStaged(
+    staged: readonly StagingTable[],
+    deletions: readonly Transaction[],
+  ): Promise<Transaction[]> {
+    const load = (transactions: readonly Transaction[]) => this.#load(new ReadInput(transactions));
     const ready = this.#guardReady;
     this.#guardReady = false;
-    await settled([ready ? undefined : this.#prepareGuard(), load(staged.map((t) => t.setup))]);
+    const setup = new ReadInput(staged.map((table) => table.setup));
+    const setupLoaded = settled([ready ? undefined : this.#prepareGuard(), this.#load(setup)]);
+    let rest: { services: Transaction; elements: Transaction[] }[];
+    try {
+      // Once nft has the whole set-up (and its end), the render below keeps the event loop busy.
+      await Promise.race([setup.nextRead().then(() => delay(0)), setupLoaded]);
+      rest = staged.map((table) => table.rest(this.#staging.parts));
+    } finally {
+      await setupLoaded;
+    }
+    const rendered = rest.flatMap(({ services, elements }) => [services, ...elements]);
+    const error = rendered.find((tx) => tx.error !== undefined)?.error;
+    if (error !== undefined) throw error;
+    const services = rest.map((table) => table.services).filter((tx) => !tx.empty);
+    if (services.length > 0) await load(services);
     // Every part ends before this sync does: a part left running could add
     // its elements to the table the next sync writes.
     await settled(
       Array.from(
         { length: this.#staging.parts },
-        (_, part) => staged.map((table) => table.elements[part]!).filter((tx) => !tx.empty),
+        (_, part) => rest.map((table) => table.elements[part]!).filter((tx) => !tx.empty),
       ).filter((part) => part.length > 0).map(load),
     );
     await runChecked(this.#executor, {
@@ -327,6 +371,12 @@ class NftablesBackend implements Backend {
       args: ["-f", "-"],
       stdin: atomicInput([...staged.map((table) => table.hooks), ...deletions], this.#guard),
     });
+    return [...staged.map((table) => table.setup), ...rendered, ...staged.map((t) => t.hooks)];
+  }
+
+  /** Runs `nft -f -` on `input`. */
+  #load(input: Iterable<string>) {
+    return runChecked(this.#executor, { program: "nft", args: ["-f", "-"], stdin: input });
   }
 
   /** The nftables families of the IP families this backend programs. */

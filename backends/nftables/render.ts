@@ -54,6 +54,7 @@ import { collapseCIDRs } from "../../lib/core/ip.ts";
 import { Chain, Element, ElementLines, Rule, Table, Transaction } from "./transaction.ts";
 import {
   addressElements,
+  type Context,
   context,
   DEFAULT_TABLE,
   hostElements,
@@ -97,24 +98,38 @@ function addService(tx: Transaction, objects: ServiceObjects): void {
  */
 export function renderFull(plan: Plan, options: RenderOptions = {}): Transaction {
   const tx = freshTable(plan, options);
-  for (const lines of renderTable(plan, options, { objects: tx, hooks: tx }).values()) {
-    tx.addLines(lines);
-  }
+  const render = renderTable(plan, options, { objects: tx, hooks: tx });
+  for (const lines of render.services(tx).values()) tx.addLines(lines);
   return tx;
 }
 
 /**
  * {@linkcode renderFull}'s table in pieces, for a family whose table the
- * kernel does not hold: loaded in order (`setup`, then every `elements`
- * part, in parallel, then `hooks`) they make the same table.
+ * kernel does not hold: loaded in order (`setup`, then `services` unless
+ * empty, then every `elements` part, in parallel, then `hooks`) they make the
+ * same table.
  */
 export interface StagedTable {
-  /** The table rebuilt without base chains: sets, maps, regular chains and their rules. */
+  /** The table rebuilt without base chains: the skeleton's sets, maps and chains, the preset `dnat-*` chains. */
   setup: Transaction;
+  /** What service ports add before their elements: their own chains and affinity maps, other shared chains. */
+  services: Transaction;
   /** The elements of the large sets and maps, dealt into parts of about the same size. */
   elements: Transaction[];
   /** The base chains, their rules and the canary: what makes packets pass the table. */
   hooks: Transaction;
+}
+
+/**
+ * A {@linkcode StagedTable} rendered in two steps: `setup` and `hooks` need
+ * no service port, so `setup` can load while {@linkcode rest} renders the
+ * service ports.
+ */
+export interface StagingTable {
+  setup: Transaction;
+  hooks: Transaction;
+  /** Renders the service ports: their objects, and their elements dealt into `parts`. */
+  rest(parts: number): { services: Transaction; elements: Transaction[] };
 }
 
 /**
@@ -125,19 +140,33 @@ export interface StagedTable {
  * a large load's time, ~10 µs an element) in as many processes.
  */
 export function renderStaged(plan: Plan, options: RenderOptions, parts: number): StagedTable {
-  if (!Number.isInteger(parts) || parts < 1) {
-    throw new RangeError(`Cannot deal elements into "${parts}" parts: not a positive integer`);
-  }
+  const staging = stageTable(plan, options);
+  return { setup: staging.setup, hooks: staging.hooks, ...staging.rest(parts) };
+}
+
+/** {@linkcode renderStaged} in two steps (see {@linkcode StagingTable}). */
+export function stageTable(plan: Plan, options: RenderOptions): StagingTable {
   const setup = freshTable(plan, options);
   const hooks = new Transaction(setup.where);
-  const elements = Array.from({ length: parts }, () => new Transaction(setup.where));
-  let next = 0;
-  for (const lines of renderTable(plan, options, { objects: setup, hooks }).values()) {
-    const dealt = lines.deal(parts, next);
-    dealt.parts.forEach((part, i) => elements[i]!.addLines(part));
-    next = dealt.next;
-  }
-  return { setup, elements, hooks };
+  const render = renderTable(plan, options, { objects: setup, hooks });
+  return {
+    setup,
+    hooks,
+    rest(parts: number) {
+      if (!Number.isInteger(parts) || parts < 1) {
+        throw new RangeError(`Cannot deal elements into "${parts}" parts: not a positive integer`);
+      }
+      const services = new Transaction(setup.where);
+      const elements = Array.from({ length: parts }, () => new Transaction(setup.where));
+      let next = 0;
+      for (const lines of render.services(services).values()) {
+        const dealt = lines.deal(parts, next);
+        dealt.parts.forEach((part, i) => elements[i]!.addLines(part));
+        next = dealt.next;
+      }
+      return { services, elements };
+    },
+  };
 }
 
 /** A transaction that replaces the plan family's table with an empty one. */
@@ -150,15 +179,17 @@ function freshTable(plan: Plan, options: RenderOptions): Transaction {
 }
 
 /**
- * Adds the table's objects to `objects` and its base chains, their rules and
- * the canary to `hooks` (the same transaction for {@linkcode renderFull});
- * returns the elements of the large sets and maps, per set.
+ * Adds the table's own objects to `objects` (the skeleton's sets and
+ * chains, the preset shared chains, the plan-wide address elements) and its
+ * base chains, their rules and the canary to `hooks`; `services` then adds
+ * every service port's objects to the transaction it is given and returns
+ * their elements, per set.
  */
 function renderTable(
   plan: Plan,
   options: RenderOptions,
   { objects: tx, hooks }: { objects: Transaction; hooks: Transaction },
-): Map<string, ElementLines> {
+): { services(into: Transaction): Map<string, ElementLines> } {
   checkFrontendsHeldOnce(plan);
   const ctx = context(plan, options);
   const { sets, chains } = skeleton(ctx, options.dropInvalid ?? true);
@@ -175,7 +206,21 @@ function renderTable(
   for (const element of addressElements(ctx, "service-cidrs", collapseCIDRs(plan.serviceCIDRs))) {
     tx.add(element);
   }
+  const presets = presetSlotChains(ctx, presetCount(options));
+  for (const [name, rules] of presets) addSharedChain(tx, name, rules);
+  return { services: (target) => renderServices(ctx, plan, target, presets) };
+}
 
+/**
+ * Adds every service port's objects to `tx` (with the shared chains that
+ * are not `presets`) and returns their elements, per set.
+ */
+function renderServices(
+  ctx: Context,
+  plan: Plan,
+  tx: Transaction,
+  presets: ReadonlyMap<string, string[]>,
+): Map<string, ElementLines> {
   // Elements are kept as their item text, joined per set into script lines as
   // they come; element objects would triple the peak heap.
   const items = new Map<string, ElementLines>();
@@ -204,12 +249,14 @@ function renderTable(
     if (lines === undefined) items.set(set, lines = new ElementLines(set));
     lines.push(item);
   };
-  const sharedChains = presetSlotChains(ctx, presetCount(options));
+  const sharedChains = new Map<string, string[]>();
   for (const service of plan.services) {
     const objects = tryServiceObjects(ctx, service);
     if (objects === undefined) continue;
     addService(tx, objects);
-    for (const [name, rules] of objects.sharedChains) sharedChains.set(name, rules);
+    for (const [name, rules] of objects.sharedChains) {
+      if (!presets.has(name)) sharedChains.set(name, rules);
+    }
     for (const element of objects.elements) addOnce(element);
     for (const ip of objects.clusterIPs) {
       addOnce(new Element({ set: "cluster-ips", key: [ip] }));

@@ -530,6 +530,32 @@ Deno.test("createNftablesBackend() loads a first sync in stages on a node withou
   );
 });
 
+Deno.test("createNftablesBackend() a staged load adds the service ports' own chains and maps after the set-up, before their elements", async () => {
+  const executor = new FakeExecutor((command) =>
+    isProbe(command) ? tableProbe(command, BOOTED) : refusingProbe(command)
+  );
+  const nft = staging(executor);
+  await nft.warmUp!();
+  const warmUpCalls = executor.calls.length;
+  const sticky = plan([
+    ...services,
+    servicePort("ns1", "sticky", {
+      clusterIPs: ["172.30.0.99"],
+      affinityTimeoutSeconds: 60,
+      internal: { endpoints: [endpoint("10.180.0.9")], whenEmpty: "reject", reason: "" },
+    }),
+  ]);
+  await nft.sync({ plans: [sticky], changed: new Set(), full: true });
+  const loads = callsAfter(executor, warmUpCalls).map((c) => c.stdin!);
+  assert.equal(loads.length, 5, "set-up, the service ports' objects, two element parts, hooks");
+  const [setup, objects, first, second] = loads as [string, string, string, string];
+  assert.doesNotMatch(setup, /ns1\/sticky/);
+  assert.match(objects, /^add map ip kproxy aff-ns1\/sticky\/tcp\/http /m);
+  assert.match(objects, /^add chain ip kproxy svc-ns1\/sticky\/tcp\/http$/m);
+  assert.ok(elementsOnly(first) && elementsOnly(second));
+  assert.match(first + second, /goto svc-ns1\/sticky\/tcp\/http/);
+});
+
 Deno.test("createNftablesBackend() loads a first sync in one batch where kproxy's table serves, or a small one", async (t) => {
   for (
     const [name, present, minElements] of [

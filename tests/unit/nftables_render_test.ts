@@ -625,7 +625,7 @@ function statements(...scripts: string[]): string[] {
   ).sort();
 }
 
-Deno.test("renderStaged() splits renderFull()'s table: base chains and canary last, elements dealt evenly", async (t) => {
+Deno.test("renderStaged() splits renderFull()'s table: service ports' objects after the set-up, base chains and canary last, elements dealt evenly", async (t) => {
   const many = plan(Array.from({ length: 700 }, (_, i) =>
     servicePort("ns", `s${i}`, {
       clusterIPs: [`172.30.${i >> 8}.${i & 255}`],
@@ -643,7 +643,7 @@ Deno.test("renderStaged() splits renderFull()'s table: base chains and canary la
     await t.step(name, () => {
       const options = { generation: 7 };
       const staged = renderStaged(fixture, options, 3);
-      const pieces = [staged.setup, ...staged.elements, staged.hooks];
+      const pieces = [staged.setup, staged.services, ...staged.elements, staged.hooks];
       assert.ok(pieces.every((tx) => tx.error === undefined));
       assert.deepEqual(
         statements(...pieces.map(String)),
@@ -654,8 +654,10 @@ Deno.test("renderStaged() splits renderFull()'s table: base chains and canary la
       assert.match(setup, /^add table (ip6?) kproxy\ndelete table \1 kproxy\n/);
       assert.doesNotMatch(
         setup,
-        /hook|canary|^add element \S+ kproxy (service-endpoints|cluster-ips) /m,
+        /hook|canary|^add element \S+ kproxy (service-endpoints|cluster-ips) |^add (chain|map) \S+ kproxy (svc|ext|aff)-/m,
       );
+      assert.match(setup, /^add chain ip6? kproxy dnat-64$/m);
+      assert.doesNotMatch(String(staged.services), /^add (table|element|set)|hook/m);
       assert.ok(staged.elements.every((tx) => /^(add element [^\n]*\n)*$/.test(String(tx))));
       const hooks = String(staged.hooks);
       assert.doesNotMatch(hooks, /^add (table|map|set .* service)/m);
@@ -664,6 +666,7 @@ Deno.test("renderStaged() splits renderFull()'s table: base chains and canary la
       assert.match(hooks, /^add element ip6? kproxy canary \{ 7 \}$/m);
     });
   }
+  assert.match(String(renderStaged(many, {}, 2).services), /^add map ip kproxy aff-ns\/s0\//m);
   const sizes = renderStaged(many, {}, 2).elements.map((tx) => tx.length);
   assert.ok(Math.abs(sizes[0]! - sizes[1]!) <= ELEMENTS_PER_LINE, `parts of ${sizes}`);
   assert.throws(() => renderStaged(many, {}, 0), /not a positive integer/);
